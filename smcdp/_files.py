@@ -26,13 +26,22 @@ NUMPY_HEADERS = threading.Lock()
 
 
 def atomic_write(
-    path: str | os.PathLike, data: bytes, mode: int = 0o644, *, replace: bool = True, sync_dir: bool = True
+    path: str | os.PathLike,
+    data: bytes,
+    mode: int = 0o644,
+    *,
+    replace: bool = True,
+    sync_dir: bool = True,
+    parents: bool = True,
 ) -> Path:
     """Write ``path`` whole or not at all.  ``replace`` False: raise FileExistsError if it exists (also if
     another writer created it meanwhile: the first one wins, whole).  ``sync_dir`` False: the caller makes
-    the directory's entries durable itself (one ``fsync`` of it after several files)."""
+    the directory's entries durable itself (one ``fsync`` of it after several files).  ``parents`` False: a
+    missing directory is FileNotFoundError, not made (a file whose directory was deleted under it -- a
+    checkpoint's -- must not come back alone, in a directory of the umask's mode)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)

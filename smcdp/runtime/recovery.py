@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Mapping
 
 import grpc
 
-from smcdp.errors import NotAdmittedNow, PreconditionFailed, SmcdpError, Unavailable
+from smcdp.errors import InvalidMessage, NotAdmittedNow, PreconditionFailed, SmcdpError, Unavailable
 from smcdp.net.grpc_channel import AlreadyExists
-from smcdp.net.server import SessionSpec
+from smcdp.net.server import SessionSpec, validate_session_id
 from smcdp.plugins.registry import get_plugin
 from smcdp.runtime.core import PartyCore
 from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
@@ -52,6 +53,10 @@ class Recovery:
         self._tell: asyncio.Task | None = None
         #: restored sessions this party initiated that had not begun: its initiator continues them (Party.start)
         self.initiated_unbegun: list[Session] = []
+        #: sessions being resumed (``resume_locally``), and the lock under which the sweep (a worker thread)
+        #: decides to delete a checkpoint: a resume and the retention never act on one checkpoint at once
+        self._resuming: set[str] = set()
+        self._sweep_lock = threading.Lock()
 
     # ------------------------------------------------------------ start-up
     def checkpointed_sessions(self) -> set[str]:
@@ -76,6 +81,8 @@ class Recovery:
             state = SessionState(cp.meta["state"])
             if not state.live:
                 continue  # failed resumably: waits for `smcdp session resume`
+            if self._ended_here(cp):
+                continue
             try:
                 refused = None
                 try:  # today's policy and budget, its restarts and deadline
@@ -104,10 +111,39 @@ class Recovery:
         for s in list(core.sessions.values()):
             await core.wait_ready(s)
 
+    def _ended_here(self, cp: Checkpoint) -> bool:
+        """The session of a live checkpoint had ended here for good -- its record says succeeded, or failed
+        and not resumable: the process died after writing the record, before removing the checkpoint (a session
+        that ended cannot be resumed, so no later run made the checkpoint live again).  The checkpoint is
+        removed, not replayed: a replay would run a session its peers have ended, and its end would overwrite
+        the record the peers and the audit trail know."""
+        record = self.core.records.peek(cp.session_id)
+        if record is None or record.get("resumable"):
+            return False
+        if record.get("state") not in (SessionState.SUCCEEDED, SessionState.FAILED):
+            return False
+        log.warning(
+            "session %s had %s here before the process stopped (its record says so); its checkpoint is removed, "
+            "not replayed",
+            cp.session_id,
+            record["state"],
+        )
+        try:
+            cp.remove()
+        except OSError as exc:
+            log.error("session %s: cannot remove its checkpoint: %s", cp.session_id, exc)
+        return True
+
     def _fail_restored(self, session_id: str, exc: SmcdpError, cp: Checkpoint | None) -> None:
         """A checkpointed session that cannot be reopened here: record its failure (``session status``,
         the console and the peers' heartbeats see it); resumable if its code is (a damaged journal)."""
         core = self.core
+        if cp is None:
+            try:
+                validate_session_id(session_id)
+            except InvalidMessage:  # not a checkpoint this party made (a copy, a stray folder): no session to fail
+                self._set_aside(session_id, exc)
+                return
         error = error_dict(exc, core.name)
         resumable = cp is not None and error["code"] in RESUMABLE_CODES
         log.error(
@@ -149,6 +185,17 @@ class Recovery:
         if m.get("roles"):
             self._failures.append((session_id, dict(m["roles"]), error))
         core.governor.session_done(session_id, record)
+
+    def _set_aside(self, name: str, exc: SmcdpError) -> None:
+        """A ``<name>.d`` directory in sessions/ whose name is no session id: renamed ``<name>.damaged`` for the
+        operator (so that the next start does not meet it again), no record written (a record needs a session
+        id, and no session had it), the party starts."""
+        d = Checkpoint.directory(self.core.sessions_dir, name)
+        log.error("%s is not a session's checkpoint (its name is no session id), set aside: %s", d, exc)
+        try:
+            d.rename(d.with_name(f"{name}.damaged"))
+        except OSError as err:
+            log.error("cannot set aside %s: %s", d, err)
 
     def tell_failures(self) -> None:
         """Once the server runs: tell the other participants of the sessions that failed at start-up."""
@@ -257,7 +304,9 @@ class Recovery:
         core, sid = self.core, cp.session_id
         if sid in core.reopening:
             raise Unavailable(f"session {sid!r} is being resumed at party {core.name!r}; try again shortly")
-        core.reopening.add(sid)
+        with self._sweep_lock:  # from here the retention's sweep leaves its checkpoint alone (is_dir below)
+            core.reopening.add(sid)
+            self._resuming.add(sid)
         before = dict(core.admitting)  # admissions that started earlier: this one counts them
         registered = core.admission(cp.meta["initiator"])  # and later ones count it
         try:
@@ -268,6 +317,8 @@ class Recovery:
             s = self.reopen(cp, begun=False, resumed=True)
         finally:
             core.reopening.discard(sid)
+            with self._sweep_lock:
+                self._resuming.discard(sid)
             registered()
         await core.wait_ready(s)
         return s
@@ -277,7 +328,12 @@ class Recovery:
         """Delete what sessions that ended here long ago left on disk (blocking)."""
         core = self.core
         retention = core.config.limits.failed_retention_seconds
-        for gone in retention_sweep(core.sessions_dir, retention, live):
+        resuming = self._resuming
+
+        def in_use() -> set[str]:  # asked under the lock, checkpoint by checkpoint
+            return live | resuming
+
+        for gone in retention_sweep(core.sessions_dir, retention, in_use, lock=self._sweep_lock):
             core.governor.checkpoint_deleted(gone.as_dict(), retention)
             record = core.records.peek(gone.session_id)
             if (

@@ -206,8 +206,13 @@ class Checkpoint:
         try:
             key = durability_key(sessions_dir, owner)
             d.mkdir(mode=0o700, parents=False)
+        except FileExistsError:  # made meanwhile by another creator: its directory, not ours to remove
+            raise CheckpointError(f"session {session_id!r} already has a checkpoint here") from None
+        except OSError as exc:
+            raise local_failure(exc, owner, f"cannot create the checkpoint of session {session_id}") from None
+        try:
             os.chmod(d, 0o700)  # whatever the umask
-            atomic_write(d / ROOT_KEY, root, 0o600, sync_dir=False)  # the directory is synced below
+            atomic_write(d / ROOT_KEY, root, 0o600, sync_dir=False, parents=False)  # the directory is synced below
             meta = {
                 "kind": "smcdp-session-checkpoint",
                 "version": VERSION,
@@ -326,7 +331,9 @@ class Checkpoint:
         return out
 
     def remove(self) -> None:
-        """Delete the checkpoint, root key and journal included."""
+        """Delete the checkpoint, root key and journal included.  Not synced: a power cut may bring the
+        directory back, and the restart then finds the session's record (written, durably, before this) saying
+        it ended and removes it again rather than replaying it (``Recovery._ended_here``)."""
         if self._journal is not None:
             self._journal.close(discard=True)
             self._journal = None
@@ -415,7 +422,7 @@ class Checkpoint:
         body = {k: v for k, v in self.meta.items() if k != "mac"}
         body["mac"] = Mac(self._key, "checkpoint", self.session_id).tag(_canonical(body)).hex()
         data = json.dumps(body, indent=2, sort_keys=True).encode() + b"\n"
-        atomic_write(self.dir / META, data, 0o600, sync_dir=sync_dir)
+        atomic_write(self.dir / META, data, 0o600, sync_dir=sync_dir, parents=False)  # never re-made alone
 
     # ------------------------------------------------------------ disk-full reserve
     def ensure_reserve(self) -> None:

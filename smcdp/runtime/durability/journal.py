@@ -308,12 +308,24 @@ class JournalHead:
             "directory was restored without it",
         )
 
-    def behind(self, found: Scan) -> list[Damage]:
-        """Damage the head shows: records it says were made durable that the journal no longer holds."""
+    def behind(self, found: Scan, begun: bool = False) -> list[Damage]:
+        """Damage the head shows: records it says were made durable that the journal no longer holds.  A missing
+        head is damage if the journal holds records, or if the session ``begun`` here (the head and its name were
+        made durable before it began, as in :meth:`missing_journal`): the journal may have been cut or zeroed
+        too, and an empty scan would otherwise pass for a journal created just before a crash."""
         head = self.read()
         if head is None:
-            if found.next_seq == 0:
+            if found.next_seq == 0 and not begun:
                 return []  # created, then the process died before its first sync
+            if found.next_seq == 0:
+                return [
+                    Damage(
+                        0,
+                        f"its head {self.path.name} is missing and the journal holds no record although the "
+                        "session had begun at this party (the head is made before it begins): deleted, and the "
+                        "journal cut or overwritten",
+                    )
+                ]
             return [Damage(0, f"its head {self.path.name} is missing (the journal holds {found.next_seq} record(s))")]
         records, end = head
         if records < 0:
@@ -496,7 +508,7 @@ class FileJournal:
             raise self._local_failure(exc, "cannot read its journal") from None
         found = scan(data, self._mac)
         if self.head is not None:
-            found.damage.extend(self.head.behind(found))
+            found.damage.extend(self.head.behind(found, self._begun))
         if found.damage:
             if not repair:
                 raise JournalDamaged(describe(self.path, self.owner, found.damage), self.owner, found.damage)

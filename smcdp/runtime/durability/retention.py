@@ -18,7 +18,8 @@ checkpoint's own business).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,10 +65,28 @@ def _size(directory: Path) -> int:
     return total
 
 
-def sweep(sessions_dir: Path, retention: float, live: Iterable[str], now: float | None = None) -> list[Deleted]:
-    """Delete the checkpoints of sessions not in ``live`` that ended ``retention`` seconds ago or more."""
+def sweep(
+    sessions_dir: Path,
+    retention: float,
+    live: Iterable[str] | Callable[[], Iterable[str]],
+    now: float | None = None,
+    lock: AbstractContextManager | None = None,
+) -> list[Deleted]:
+    """Delete the checkpoints of sessions not in ``live`` that ended ``retention`` seconds ago or more.
+
+    ``live`` may be a function, asked again for each checkpoint, under ``lock`` if given, just before the
+    decision to delete it: a session that a resume takes up while the sweep runs (the resume marks it under
+    the same lock before it checks its checkpoint is still there) is never deleted under it."""
     now = time.time() if now is None else now
-    live = set(live)
+    if callable(live):
+        current = live
+    else:
+        fixed = frozenset(live)
+
+        def current() -> Iterable[str]:
+            return fixed
+
+    guard = lock if lock is not None else nullcontext()
     out: list[Deleted] = []
     if not sessions_dir.is_dir():
         return out
@@ -79,15 +98,16 @@ def sweep(sessions_dir: Path, retention: float, live: Iterable[str], now: float 
             mtime = (d / META).stat().st_mtime
         except (CheckpointError, OSError):
             continue
-        if cp.session_id in live:
-            continue
         m = cp.meta
         ended = m.get("failed_epoch") if m["state"] == SessionState.FAILED else None
         since = float(ended) if isinstance(ended, (int, float)) else mtime
         if now - since < retention:
             continue
-        size = _size(d)
-        cp.remove()
+        with guard:
+            if cp.session_id in set(current()):
+                continue
+            size = _size(d)
+            cp.remove()
         out.append(Deleted(cp.session_id, m["state"], bool(m.get("resumable")), now - since, size))
     return out
 

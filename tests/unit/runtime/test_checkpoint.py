@@ -669,6 +669,43 @@ def test_a_new_checkpoint_directory_is_made_durable_in_sessions(tmp_path, monkey
     cp.close()
 
 
+@pytest.mark.parametrize("cut", ["emptied", "file header only", "zeroed"])
+def test_a_head_deleted_and_its_journal_cut_after_the_session_began_is_damage_not_an_empty_journal(tmp_path, cut):
+    """journal.log.head deleted and journal.log emptied, cut to its file header or overwritten with zeros: the
+    scan finds no record, and a missing head beside an empty journal is what a crash before the first sync
+    leaves -- but not after Begin, since the head is made (and its name synced) before a session begins.  The
+    three acknowledged records were lost silently (the zeroed file even logged them as a torn tail, "never
+    acknowledged"); now it is damage, as when both files are gone."""
+    cp = _create(tmp_path)
+    for i in range(3):
+        cp.journal.record_inbound("b", f"t{i}", "smcdp.v1.Ints", b"secret%d" % i)
+    cp.journal.sync()
+    cp.begin({})
+    cp.close()
+    journal = cp.dir / "journal.log"
+    size = journal.stat().st_size
+    (cp.dir / "journal.log.head").unlink()
+    if cut == "emptied":
+        os.truncate(journal, 0)
+    elif cut == "file header only":
+        os.truncate(journal, 16)
+    else:
+        journal.write_bytes(bytes(size))
+    again = Checkpoint.load(cp.dir, owner="alice")
+    with pytest.raises(JournalDamaged, match=r"head journal\.log\.head is missing and the journal holds no record"):
+        _ = again.journal
+    again.repair_journal = True
+    assert again.journal.repaired and "holds no record" in again.journal.repaired[0].what
+    again.close()
+    # before Begin the same files are a journal created just before a crash: not damage
+    fresh = _create(tmp_path, session_id="s-2")
+    fresh.journal.sync()
+    fresh.close()
+    (fresh.dir / "journal.log.head").unlink()
+    os.truncate(fresh.dir / "journal.log", 0)
+    assert Checkpoint.load(fresh.dir).journal.repaired == []
+
+
 def test_a_journal_deleted_with_its_head_after_the_session_began_is_damage_not_a_new_journal(tmp_path):
     """journal.log and journal.log.head both deleted: the head could not tell (it is gone too) and the journal
     was recreated empty -- the records the peers had been told were durable silently lost.  Both are made

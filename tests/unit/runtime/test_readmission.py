@@ -163,8 +163,7 @@ def test_the_sweep_takes_a_counted_unbegun_sessions_record_with_its_checkpoint(t
             checkpoint_deleted=lambda info, _r: deleted.append(info["session"]), prune=lambda _r: None
         ),
     )
-    recovery = Recovery.__new__(Recovery)
-    recovery.core = core
+    recovery = Recovery(core)  # type: ignore[arg-type]
     recovery.sweep(live=set())
     assert sorted(deleted) == ["alice.counted", "alice.in-full"]
     assert not records.path("alice.counted").exists() and records.load("alice.counted")["state"] == "failed"

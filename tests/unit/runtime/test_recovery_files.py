@@ -1,0 +1,189 @@
+"""What a party's start-up and retention do with the files of sessions: directories that are no checkpoint,
+checkpoints of sessions that had ended, a retention sweep racing a resume, and a checkpoint created twice."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+import smcdp.runtime.durability.checkpoint as checkpoint_module
+from smcdp.errors import DataLoss
+from smcdp.primitives.rng import Randomness
+from smcdp.runtime.durability.checkpoint import Checkpoint, CheckpointError
+from smcdp.runtime.durability.retention import sweep
+from smcdp.runtime.records import SessionRecords
+from smcdp.runtime.recovery import Recovery
+
+ROLES = {"a": "alice", "b": "bob"}
+
+
+def _create(sessions, session_id="alice.s-1"):
+    return Checkpoint.create(
+        sessions,
+        session_id=session_id,
+        protocol="p",
+        roles=ROLES,
+        params={},
+        timeout_seconds=60.0,
+        seed=None,
+        initiator="alice",
+        role="a",
+        randomness=Randomness.fresh(),
+    )
+
+
+class _Recovery(Recovery):
+    """Recovery whose admission and reopening are only recorded (what restore decides is under test)."""
+
+    def __init__(self, core):
+        super().__init__(core)
+        self.reopened: list[str] = []
+
+    def readmit(self, cp, how, before=None):
+        pass
+
+    def reopen(self, cp, begun=False, resumed=False):
+        self.reopened.append(cp.session_id)
+        return SimpleNamespace()
+
+
+def _core(tmp_path):
+    sessions = tmp_path / "sessions"
+    sessions.mkdir(mode=0o700)
+    done: list[str] = []
+
+    async def wait_ready(s):
+        return None
+
+    return SimpleNamespace(
+        name="alice",
+        sessions_dir=sessions,
+        records=SessionRecords(tmp_path / "records", "alice"),
+        sessions={},
+        wait_ready=wait_ready,
+        governor=SimpleNamespace(session_done=lambda sid, record: done.append(sid)),
+        done=done,
+    )
+
+
+def test_a_folder_whose_name_is_no_session_id_is_set_aside_and_the_party_starts(tmp_path):
+    """An operator's copy of a checkpoint ("alice.s-1 (copy).d") is damaged (its name is not its session's);
+    failing "its session" wrote a record under an id no session can have, which raised InvalidMessage out of
+    the start-up: the party did not start (once: the folder had been renamed first)."""
+    core = _core(tmp_path)
+    stray = core.sessions_dir / "alice.s-1 (copy).d"
+    stray.mkdir()
+    recovery = _Recovery(core)
+    asyncio.run(recovery.restore())
+    assert not stray.exists() and (core.sessions_dir / "alice.s-1 (copy).damaged").is_dir()
+    assert core.done == [] and recovery._failures == []  # no session failed, no peer told
+    assert not core.records.directory.exists() or not any(core.records.directory.iterdir())  # no record
+
+
+@pytest.mark.parametrize("state", ["succeeded", "failed"])
+def test_a_checkpoint_of_a_session_that_had_ended_here_is_removed_not_replayed(tmp_path, state):
+    """The process died after the session's record was written and before its checkpoint was removed: the
+    restart replayed a session its peers had ended, and its end could overwrite the published record."""
+    core = _core(tmp_path)
+    cp = _create(core.sessions_dir)
+    cp.begin({})
+    cp.close()
+    record = {"session_id": cp.session_id, "state": state, "roles": ROLES, "params": {}, "error": None}
+    core.records.write(cp.session_id, record)
+    kept = _create(core.sessions_dir, "alice.s-2")  # one that had not ended is restored as before
+    kept.begin({})
+    kept.close()
+    recovery = _Recovery(core)
+    asyncio.run(recovery.restore())
+    assert recovery.reopened == ["alice.s-2"]
+    assert not cp.dir.exists() and kept.dir.exists()
+    assert core.records.load(cp.session_id)["state"] == state  # the record stays as published
+
+
+def test_a_resumably_failed_record_does_not_stop_the_restore_of_a_resumed_session(tmp_path):
+    """A resumed session's checkpoint runs again while the record of its earlier failure (resumable) is on
+    disk until it ends: that checkpoint is replayed, not removed."""
+    core = _core(tmp_path)
+    cp = _create(core.sessions_dir)
+    cp.begin({})
+    cp.close()
+    core.records.write(
+        cp.session_id,
+        {"session_id": cp.session_id, "state": "failed", "resumable": True, "roles": ROLES, "params": {}},
+    )
+    recovery = _Recovery(core)
+    asyncio.run(recovery.restore())
+    assert recovery.reopened == [cp.session_id] and cp.dir.exists()
+
+
+def test_the_sweep_asks_who_is_live_under_the_lock_checkpoint_by_checkpoint(tmp_path):
+    """The sweep took the live sessions once, when it was scheduled, then deleted in a worker thread: a resume
+    that took a checkpoint up meanwhile had it deleted under it (and its next write re-made the directory
+    alone, 0755, without root.key).  Now it asks, under the lock a resume marks its session under, just
+    before deleting each checkpoint."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    for sid in ("alice.s-1", "alice.s-2"):
+        _create(sessions, sid).close()
+    lock = threading.Lock()
+    asked: list[bool] = []
+
+    def live():
+        asked.append(lock.locked())
+        return {"alice.s-2"} if len(asked) > 1 else set()  # s-2 taken up after the sweep began
+
+    gone = sweep(sessions, retention=0.0, live=live, now=1e12, lock=lock)
+    assert [g.session_id for g in gone] == ["alice.s-1"] and asked == [True, True]
+    assert (sessions / "alice.s-2.d").is_dir()
+
+
+def test_recovery_sweep_leaves_a_session_being_resumed(tmp_path):
+    core = _core(tmp_path)
+    core.config = SimpleNamespace(limits=SimpleNamespace(failed_retention_seconds=0.0))
+    core.governor = SimpleNamespace(checkpoint_deleted=lambda *a: None, prune=lambda *a: None)
+    core.live = lambda: set()
+    cp = _create(core.sessions_dir)
+    cp.set_state("failed", resumable=True, failed_epoch=0.0)
+    cp.close()
+    recovery = Recovery(core)
+    recovery._resuming.add(cp.session_id)  # what resume_locally marks, under the lock, before its checks
+    recovery.sweep(set())
+    assert cp.dir.is_dir()
+    recovery._resuming.clear()
+    recovery.sweep(set())
+    assert not cp.dir.exists()
+
+
+def test_a_checkpoint_whose_directory_was_deleted_is_not_made_again_alone(tmp_path):
+    cp = _create(tmp_path)
+    cp.remove()
+    with pytest.raises(DataLoss, match="cannot update the checkpoint"):
+        cp.set_state("running")
+    assert not cp.dir.exists()
+
+
+def test_a_checkpoint_created_meanwhile_by_another_creator_is_left_whole(tmp_path, monkeypatch):
+    """Between the existence check and mkdir another creator made the directory: mkdir's FileExistsError was
+    handled as a failure of this creation, which removed the directory -- the other's root key and synced
+    journal."""
+    real = checkpoint_module.durability_key
+    winner: list[Checkpoint] = []
+
+    def racing(sessions_dir, owner):
+        monkeypatch.setattr(checkpoint_module, "durability_key", real)
+        w = _create(tmp_path)
+        w.journal.record_inbound("b", "t0", "smcdp.v1.Ints", b"acknowledged")
+        w.journal.sync()
+        winner.append(w)
+        return real(sessions_dir, owner)
+
+    monkeypatch.setattr(checkpoint_module, "durability_key", racing)
+    with pytest.raises(CheckpointError, match="already has a checkpoint"):
+        _create(tmp_path)
+    assert {"checkpoint.json", "journal.log", "root.key"} <= set(os.listdir(winner[0].dir))
+    assert Checkpoint.load(winner[0].dir).journal.inbound_sizes()  # its acknowledged record is there
+    winner[0].close()
