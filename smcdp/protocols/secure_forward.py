@@ -897,19 +897,26 @@ def _check_frames(shape: Shape, X: FrameChunk, params: ForwardParams, first: int
     # a feature at or beyond the agreed bound is clipped inside it (a projection), not refused: a refusal answered a
     # proposer who moved feature_bits over sessions whether Alice's largest |feature| reached it, a bit a session.
     # Only she is told (her log); the session's error bounds hold for the clipped frames
-    lim = 2.0**params.feature_bits
-    inside = np.nextafter(lim, 0.0)
-    clipped = int(np.count_nonzero(np.abs(out) > inside))
-    if clipped:
+    return clip_frames(out, params.feature_bits, warn_from=first)[0]
+
+
+def clip_frames(X: np.ndarray, feature_bits: int, warn_from: int | None = None) -> tuple[np.ndarray, int]:
+    """The frames the forward algorithm computes on: every real feature projected into the agreed box
+    |x| < 2^feature_bits (clipped to the largest float64 inside it), and how many values moved (logged, as of
+    the frames from ``warn_from``, when given: only the frames' holder is told).  Whatever Alice computes beside
+    the forward algorithm on the same frames (the speaker protocols' UBM in the clear, the error bounds, a
+    plaintext reference) must use these frames, not the raw ones."""
+    inside = np.nextafter(2.0**feature_bits, 0.0)
+    clipped = int(np.count_nonzero(np.abs(X) > inside))
+    if clipped and warn_from is not None:
         log.warning(
             "%d feature value(s) of frames from %d reached the agreed bound 2^%d and were clipped inside it "
             "(propose a larger feature_bits for such frames)",
             clipped,
-            first,
-            params.feature_bits,
+            warn_from,
+            feature_bits,
         )
-        out = np.clip(out, -inside, inside)
-    return out
+    return (np.clip(X, -inside, inside) if clipped else X), clipped
 
 
 async def _as_chunks(X: Frames) -> AsyncIterator[FrameChunk]:

@@ -59,6 +59,7 @@ import math
 import random
 import struct
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Self
@@ -102,6 +103,7 @@ from smcdp.protocols.secure_forward import (
     ForwardAlice,
     ForwardBob,
     ForwardParams,
+    clip_frames,
     forward_traffic,
     known_bounds,
     known_coefficients,
@@ -380,16 +382,49 @@ def check_shared_ubm(ubm: DiagGMM, params: SpeakerParams, frames: int, what: str
     (:data:`SCORE_BOUND_NATS`, when she adds it to Bob's rows) or a log-likelihood of 2^40 (when she takes
     ℓ_UBM off).  Decided from public values only (the UBM, the box, the frame count Bob sees anyway), so a
     UBM with a tiny variance cannot make Alice's later refusals depend on where her features lie."""
-    B = known_bounds(SpeakerModels.hmm_set([ubm], ["ubm"]), params.feature_bits)  # (C,)
-    live = ubm.weights > 0
-    log_w = float(np.max(np.abs(np.log(ubm.weights[live])))) if live.any() else math.inf
-    per_frame = float(np.max(B)) + log_w + math.log(ubm.n_components)
-    if not float(np.max(B)) < SCORE_BOUND_NATS or not frames * per_frame < float(1 << 40):
+    form, per_frame = _log_density_bounds(ubm, params.feature_bits)
+    if not _within_range(form, per_frame, frames):
         raise InvalidMessage(
-            f"{what}: a component's log-density can reach {float(np.max(B)):.3g} nats inside the agreed feature "
+            f"{what}: a component's log-density can reach {form:.3g} nats inside the agreed feature "
             f"bound 2^{params.feature_bits} ({frames} frames: {frames * per_frame:.3g}); the shared UBM must keep "
             "each below 2^41 and the utterance's total below 2^40 (floor its variances)"
         )
+
+
+def _log_density_bounds(gmm: DiagGMM, feature_bits: int) -> tuple[float, float]:
+    """(B, b) for a GMM: B the largest |component form| any frame inside the box |x_i| < 2^feature_bits can give,
+    b ≥ |log p(x)| for every such frame (B + max|log w_c| + log C: log p lies between the best component's
+    log w_c + form_c and that plus log C)."""
+    B = float(np.max(known_bounds(SpeakerModels.hmm_set([gmm], ["m"]), feature_bits)))
+    live = gmm.weights > 0
+    log_w = float(np.max(np.abs(np.log(gmm.weights[live])))) if live.any() else math.inf
+    return B, B + log_w + math.log(gmm.n_components)
+
+
+def _within_range(form: float, per_frame: float, frames: int) -> bool:
+    """Whether forms below ``form`` and log-likelihoods of ``frames`` frames below ``per_frame`` each stay within
+    what the forward algorithm's later checks refuse (2^41 a form, 2^40 an utterance: with a margin of 2^-20 for
+    the fixed point's error, so that a computed score never reaches the check)."""
+    return form < SCORE_BOUND_NATS and frames * per_frame * (1 + 2.0**-20) < float(1 << 40)
+
+
+def check_models_range(gmms: Sequence[DiagGMM], params: SpeakerParams) -> None:
+    """Bob, before any message: refuse (InputRejected) if any of his models -- every one he holds, not only those a
+    session scores, so that the refusal says nothing of a claim -- could give a log-likelihood of 2^40 nats (or a
+    form of 2^41) for *some* utterance of ``max_frames`` frames inside the agreed box.  Alice refuses a score
+    beyond that range, but she sees it masked (ℓ + ω, |ω| < 2^40): whether her check fired depended on where her
+    features lay and on Bob's mask, a bit of her utterance for Bob (a review).  With this, no utterance inside the
+    box reaches her check unless Bob deviates.  Public values only (Bob's models, the box, max_frames)."""
+    for i, g in enumerate(gmms):
+        form, per_frame = _log_density_bounds(g, params.feature_bits)
+        if not _within_range(form, per_frame, params.max_frames):
+            raise InputRejected(
+                "a speaker model's log-likelihood could reach 2^40 nats for an utterance of max_frames frames inside "
+                "the agreed feature bound (floor the models' variances, or propose a smaller max_frames or "
+                "feature_bits)",
+                f"model {i}: a component's log-density up to {form:.3g} nats, {params.max_frames} frames: "
+                f"{params.max_frames * per_frame:.3g}",
+            )
 
 
 def _ubm_rows(msg: pb.Matrix, params: SpeakerParams, dim: int, what: str) -> DiagGMM:
@@ -414,7 +449,10 @@ def _frames(X: npt.ArrayLike, params: SpeakerParams) -> np.ndarray:
         )
     if not np.all(np.isfinite(X)):
         raise InputRejected("the utterance must not contain NaN or infinite values", "")
-    return X
+    # the forward algorithm's projection into the agreed box, here, before anything else sees the frames: the
+    # shared UBM's log-likelihood scored raw frames while the speaker's was of clipped ones -- one value beyond
+    # the box made D anything (2,000 nats a frame: "accept" at any threshold) or the UBM's check refuse
+    return clip_frames(X, params.feature_bits, warn_from=0)[0]
 
 
 def ubm_loglik_grid(ubm: DiagGMM, X: np.ndarray, F: int) -> int:
@@ -585,11 +623,18 @@ def _claim_free_forward(
     enrolled speakers' part comes from ``enrolled`` (once per model set); the padding speaker's, a model of its
     own, is formed every session."""
     fw = params.forward()
-    if fw.coef_bits != "auto":
-        return fw
     shared = params.shared_ubm
-    bits = max(enrolled(models, shared, fw), _coefficient_bits(models, [pad], shared, fw))
-    return replace(fw, coef_bits=bits)
+    auto = replace(fw, coef_bits="auto")
+    bits = max(enrolled(models, shared, auto), _coefficient_bits(models, [pad], shared, auto))
+    if fw.coef_bits == "auto":
+        return replace(fw, coef_bits=bits)
+    # a stated coef_bits: every model must fit, checked here whatever the claim (the forward checked the claimed
+    # speaker's and the UBM's only, so its refusal told the claimant that a name was enrolled, or not).  "auto"
+    # rounds up: beyond the stated bits it may still fit, which the exact check over all models decides.
+    if bits > int(fw.coef_bits):
+        every = [models.speaker(i) for i in range(models.n_speakers)] + [pad]
+        _coefficient_bits(models, every, shared, fw)  # CryptoOverflow (its rule public) if one does not fit
+    return fw
 
 
 async def _bob_forward(
@@ -766,8 +811,10 @@ def _float_sum_error(P: int) -> float:
 def verify_error_bound(models: SpeakerModels, claim: str, X: npt.ArrayLike, params: VerifyParams) -> float:
     """The bound (nats per frame) on |secure score − plaintext score| for a verification: the two models'
     log-likelihood bounds and the threshold's rounding T·2^{−F−1}, over T.  The secure decision equals the
-    plaintext one whenever the plaintext score is farther than this from θ."""
-    X = np.asarray(X, dtype=np.float64)
+    plaintext one whenever the plaintext score is farther than this from θ -- the plaintext score of the frames
+    the protocol computes on, ``X`` clipped into the agreed box (:func:`~smcdp.protocols.secure_forward.clip_frames`,
+    as here)."""
+    X, _ = clip_frames(np.asarray(X, dtype=np.float64), params.feature_bits)
     F = params.log_frac_bits
     if params.shared_ubm:
         # the speaker's score with Alice's UBM forms added, and her ℓ_UBM in float64: per frame the forms'
@@ -888,6 +935,7 @@ async def verify_bob(
     # nor his other draws tell) and sends ξ(r − 2^41 nats) in step 3: D < 0 for certain.  The coefficient bits
     # his header shows are those of all his models, not of the claimed one's.
     pad = padding_speakers(models, 1, protocol_rng(seed, params.protocol_name, ch.role, "padding"))[0]
+    check_models_range([models.ubm, *(models.speaker(i) for i in range(models.n_speakers)), pad], params)
     enrolled = params.claim in models.names
     speaker = models.speaker(models.index(params.claim)) if enrolled else pad
     forward = _claim_free_forward(models, pad, params, enrolled_bits or EnrolledBits())
@@ -1142,8 +1190,12 @@ async def identify_bob(
     # (padding_speakers): its score is replaced in step 3.  (A copy of the first speaker, as dummies were, had
     # zero deltas from its rows -- cheaper rows for Bob, so his time a block grew with K -- and the same forms
     # as that speaker's, which Alice could tell: a review.)
-    pads = padding_speakers(models, Kbar - K, protocol_rng(seed, params.protocol_name, ch.role, "padding"))
-    gmms = [models.speaker(k) for k in range(K)] + pads + [models.ubm]
+    # All K̄ are drawn and the first K̄ − K used (a stream's first n pads are the same whatever the count): drawing
+    # K̄ − K made Bob's time before his first message shrink as K grew (210 ms a pad at C = 64, d = 39), which
+    # showed Alice how many speakers are enrolled, the number K̄ hides (a review).
+    drawn = padding_speakers(models, Kbar, protocol_rng(seed, params.protocol_name, ch.role, "padding"))
+    gmms = [models.speaker(k) for k in range(K)] + drawn[: Kbar - K] + [models.ubm]
+    check_models_range([*gmms, *drawn[Kbar - K :]], params)  # every model drawn, whatever K
     labels = [models.names[k] if k < K else f"~pad{k}" for k in range(Kbar)] + ["~ubm"]
     pk, lls, offline, online, T = await _bob_forward(
         ch, gmms, labels, models, params, tag, seed, alice, allow_insecure_keys

@@ -29,6 +29,7 @@ from smcdp.cli.demo.common import (
 from smcdp.cli.speaker import enroll, parse_enroll_spec
 from smcdp.errors import InvalidMessage
 from smcdp.plugins.keyword import load_utterance, utterance_kind
+from smcdp.protocols.secure_forward import clip_frames
 from smcdp.protocols.speaker import (
     ALICE,
     BOB,
@@ -116,7 +117,6 @@ def demo_speaker_verify(
     """Enrol, then verify ``wav`` against ``claim`` between two party processes; the contract JSON."""
     with tempfile.TemporaryDirectory(prefix="smcdp-speaker-") as tmp:
         models, path, X = _prepare(ubm, enrolls, wav, threshold, Path(keep_dir or tmp))
-        plain_score = models.score(models.index(claim), X)
         p = {
             "key_bits": key_bits,
             "claim": claim,
@@ -125,7 +125,10 @@ def demo_speaker_verify(
             **_bounds(models, X),
             **(params or {}),
         }
-        bound = verify_error_bound(models, claim, X, VerifyParams.from_mapping(p))
+        vp = VerifyParams.from_mapping(p)
+        X, _ = clip_frames(X, vp.feature_bits)  # the frames the protocol computes on: the same computation
+        plain_score = models.score(models.index(claim), X)
+        bound = verify_error_bound(models, claim, X, vp)
         ra, rb, common = _run("speaker-verify", p, path, wav, key_bits, seed, keep_dir, faults, "speaker verification")
     decision = (rb if output == BOB else ra)["decision"]
     plain = "accept" if plain_score >= models.threshold else "reject"
@@ -168,7 +171,6 @@ def demo_speaker_identify(
         models, path, X = _prepare(ubm, enrolls, wav, threshold, Path(keep_dir or tmp))
         if models.n_speakers > max_speakers:
             raise InvalidMessage(f"{models.n_speakers} enrolled speakers; raise --max-speakers (now {max_speakers})")
-        scores = models.scores(X)
         p = {
             "key_bits": key_bits,
             "max_speakers": max_speakers,
@@ -177,7 +179,8 @@ def demo_speaker_identify(
             **_bounds(models, X),
             **(params or {}),
         }
-        IdentifyParams.from_mapping(p)
+        X, _ = clip_frames(X, IdentifyParams.from_mapping(p).feature_bits)  # the frames the protocol computes on
+        scores = models.scores(X)
         ra, rb, common = _run(
             "speaker-identify", p, path, wav, key_bits, seed, keep_dir, faults, "speaker identification"
         )

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from smcdp.crypto import dgk
-from smcdp.errors import InputRejected, InvalidMessage
+from smcdp.errors import CryptoOverflow, InputRejected, InvalidMessage
 from smcdp.net.channel import InMemoryNetwork
 from smcdp.plugins.speaker import SpeakerIdentifyPlugin, SpeakerVerifyPlugin
 from smcdp.protocols import speaker
@@ -540,20 +540,28 @@ def test_a_claim_of_no_enrolled_speaker_is_rejected_like_an_impostor_not_refused
     assert shapes[0].to_proto() == shapes[1].to_proto() == shapes[2].to_proto()
 
 
-def test_a_feature_beyond_feature_bits_is_clipped_not_refused(keypair512, dgk_key, caplog):
+@pytest.mark.parametrize("ubm", ["private", "shared"])
+@pytest.mark.parametrize("value", [400.0, 1e7])
+def test_a_feature_beyond_feature_bits_is_clipped_not_refused(ubm, value, keypair512, dgk_key, caplog):
     """feature_bits is the proposer's: a refusal told him whether Alice's largest |feature| reached 2^feature_bits,
     a bit of her utterance a session.  Such a value is clipped inside the bound (only her log says so), and the
-    session decides as in the clear on the clipped frames."""
+    session decides as in the clear on the clipped frames -- with the UBM shared too, where Alice's ℓ_UBM was of
+    the raw frames and the speaker's of the clipped ones (400: D ≈ 2,000 nats a frame, "accept" at any
+    threshold; 1e7: her UBM check refused after the forward algorithm, telling Bob).  The error bound is of the
+    clipped frames too."""
     _, sk = keypair512
     X = _utterance()
-    X[3, 1] = 400.0  # beyond 2^8
+    X[3, 1] = value  # beyond 2^8
     models = _models()
     clipped = np.clip(X, -(2.0**8), 2.0**8)
     score = models.score(models.index("bo"), clipped)
+    p = _params(VerifyParams, sk, claim="bo", feature_bits=8, ubm=ubm)
+    assert verify_error_bound(models, "bo", X, p) == verify_error_bound(models, "bo", clipped, p)
     for theta in (score - 0.5, score + 0.5):
         models = _models(threshold=theta)
-        with caplog.at_level("WARNING", logger="smcdp.protocols.secure_forward"):
-            _, b = _verify(X, models, sk, dgk_key, claim="bo", feature_bits=8)
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            _, b = _verify(X, models, sk, dgk_key, claim="bo", feature_bits=8, ubm=ubm)
         assert b.accept == (score >= theta)
         assert "clipped inside it" in caplog.text
 
@@ -573,3 +581,75 @@ def test_the_claim_free_coefficient_bits_are_those_of_all_models_at_once(ubm):
             every = [models.speaker(i) for i in range(models.n_speakers)] + [g]
             want = speaker._coefficient_bits(models, every, ubm == "shared", p.forward())
             assert speaker._claim_free_forward(models, g, p, speaker.EnrolledBits()).coef_bits == want
+
+
+def test_a_stated_coef_bits_is_checked_against_every_model_whatever_the_claim(keypair512, dgk_key):
+    """coef_bits stated (not "auto"): the forward checked the claimed speaker's rows and the UBM's only, so
+    whether the session was refused told the claimant -- who may propose coef_bits -- whether a name is enrolled
+    and how large its model's coefficients are (a review: cy, far from the UBM, refused; ann and an unenrolled
+    name completed).  Now every enrolled model is checked whatever the claim: all refused alike, or all run."""
+    _, sk = keypair512
+    models = _models()
+    far = SpeakerModels(models.ubm, NAMES, models.means + np.array([0.0, 0.0, 40.0])[:, None, None], threshold=-1e5)
+    fw = _params(VerifyParams, sk, claim="ann").forward()
+    need = [speaker._coefficient_bits(far, [far.speaker(i)], False, fw) for i in range(len(NAMES))]
+    assert need[0] < need[2]  # cy needs more bits than ann
+    X = _utterance()
+    for claim in ("ann", "cy", "nobody"):
+        with pytest.raises(CryptoOverflow) as info:
+            _verify(X, far, sk, dgk_key, claim=claim, coef_bits=need[0])
+        assert "does not fit the protocol's" in info.value.public_message
+        _, b = _verify(X, far, sk, dgk_key, claim=claim, coef_bits=need[2])
+        assert b.accept is (claim != "nobody")  # threshold -1e5: every enrolled claim accepted
+
+
+def test_identification_draws_every_padding_speaker_whatever_the_number_enrolled(keypair512, dgk_key, monkeypatch):
+    """Bob drew K̄ − K padding speakers before his first message (210 ms each at C = 64, d = 39): his time to it
+    fell as K grew, showing Alice the number of enrolled speakers K̄ hides.  Now he draws K̄ and uses the first
+    K̄ − K, the same pads a draw of K̄ − K gave (a stream's first pads do not depend on how many follow)."""
+    import random
+
+    models = _models()
+    drawn: list[int] = []
+    real = speaker.padding_speakers
+    monkeypatch.setattr(speaker, "padding_speakers", lambda m, n, rng: (drawn.append(n), real(m, n, rng))[1])
+    _, sk = keypair512
+    X = _utterance(shift=1.5 * 2)
+    for names in (NAMES, NAMES[:1]):
+        some = SpeakerModels(models.ubm, names, models.means[: len(names)], threshold=-1e5)
+        _identify(X, some, sk, dgk_key, max_speakers=4)
+    assert drawn == [4, 4]
+    many, few = real(models, 4, random.Random(7)), real(models, 1, random.Random(7))
+    assert np.array_equal(many[0].means, few[0].means)
+
+
+@pytest.mark.parametrize("ubm", ["private", "shared"])
+def test_models_that_could_leave_the_score_range_are_refused_by_bob_before_any_message(ubm, keypair512, dgk_key):
+    """Alice refuses a score beyond ±2^40 nats, but she sees it masked (ℓ + ω, |ω| < 2^40): with variances of
+    10⁻⁶, features inside the box at −250 refused in half of the sessions (by ω), features near the means never --
+    a bit of her utterance for Bob (a review).  Bob now refuses, before any message, models that could reach the
+    range for some utterance of max_frames frames inside the box -- every model he holds, whatever the claim --
+    so no in-box utterance reaches Alice's check.  Models of ordinary variances run as before."""
+    _, sk = keypair512
+    rng = np.random.default_rng(5)
+    mu = rng.uniform(90, 110, size=(C, D))
+    tiny = DiagGMM(np.full(C, 1 / C), mu, np.full((C, D), 1e-6))
+    narrow = SpeakerModels(tiny, NAMES, np.stack([mu + rng.normal(size=(C, D)) * 1e-3 for _ in NAMES]))
+    for claim in ("bo", "nobody"):
+        p = _params(VerifyParams, sk, claim=claim, ubm=ubm)
+        for X in (np.full((T, D), -250.0), mu[rng.integers(C, size=T)]):
+            net = InMemoryNetwork({"alice": "alice", "bob": "bob"}, timeout=120.0)
+            with pytest.raises(InputRejected, match=r"could reach 2\^40 nats"):
+                asyncio.run(
+                    net.run(
+                        {
+                            "alice": lambda ch, X=X, p=p: verify_alice(
+                                ch, X, p, private_key=sk, allow_insecure_keys=True
+                            ),
+                            "bob": lambda ch, p=p: verify_bob(ch, narrow, p, allow_insecure_keys=True, dgk_key=dgk_key),
+                        }
+                    )
+                )
+            assert not [t for t in net.transcript if t[0] == "bob"]  # before any message of his
+    _, b = _verify(_utterance(), _models(), sk, dgk_key, claim="bo", ubm=ubm)  # ordinary models: as before
+    assert b.accept is not None
