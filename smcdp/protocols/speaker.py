@@ -59,7 +59,7 @@ import math
 import random
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any, Self
@@ -408,23 +408,30 @@ def _within_range(form: float, per_frame: float, frames: int) -> bool:
     return form < SCORE_BOUND_NATS and frames * per_frame * (1 + 2.0**-20) < float(1 << 40)
 
 
-def check_models_range(gmms: Sequence[DiagGMM], params: SpeakerParams) -> None:
+def models_range(gmms: Iterable[DiagGMM], feature_bits: int) -> tuple[float, float]:
+    """(B, b) of :func:`_log_density_bounds` over several models: the largest of each (the range check is
+    monotone in both, so the largest pass iff every model does)."""
+    bounds = [_log_density_bounds(g, feature_bits) for g in gmms]
+    return max(b[0] for b in bounds), max(b[1] for b in bounds)
+
+
+def check_models_range(bound: tuple[float, float], params: SpeakerParams) -> None:
     """Bob, before any message: refuse (InputRejected) if any of his models -- every one he holds, not only those a
-    session scores, so that the refusal says nothing of a claim -- could give a log-likelihood of 2^40 nats (or a
-    form of 2^41) for *some* utterance of ``max_frames`` frames inside the agreed box.  Alice refuses a score
-    beyond that range, but she sees it masked (ℓ + ω, |ω| < 2^40): whether her check fired depended on where her
-    features lay and on Bob's mask, a bit of her utterance for Bob (a review).  With this, no utterance inside the
-    box reaches her check unless Bob deviates.  Public values only (Bob's models, the box, max_frames)."""
-    for i, g in enumerate(gmms):
-        form, per_frame = _log_density_bounds(g, params.feature_bits)
-        if not _within_range(form, per_frame, params.max_frames):
-            raise InputRejected(
-                "a speaker model's log-likelihood could reach 2^40 nats for an utterance of max_frames frames inside "
-                "the agreed feature bound (floor the models' variances, or propose a smaller max_frames or "
-                "feature_bits)",
-                f"model {i}: a component's log-density up to {form:.3g} nats, {params.max_frames} frames: "
-                f"{params.max_frames * per_frame:.3g}",
-            )
+    session scores, so that the refusal says nothing of a claim; ``bound`` is :func:`models_range` over them --
+    could give a log-likelihood of 2^40 nats (or a form of 2^41) for *some* utterance of ``max_frames`` frames
+    inside the agreed box.  Alice refuses a score beyond that range, but she sees it masked (ℓ + ω, |ω| < 2^40):
+    whether her check fired depended on where her features lay and on Bob's mask, a bit of her utterance for Bob
+    (a review).  With this, no utterance inside the box reaches her check unless Bob deviates.  Public values
+    only (Bob's models, the box, max_frames)."""
+    form, per_frame = bound
+    if not _within_range(form, per_frame, params.max_frames):
+        raise InputRejected(
+            "a speaker model's log-likelihood could reach 2^40 nats for an utterance of max_frames frames inside "
+            "the agreed feature bound (floor the models' variances, or propose a smaller max_frames or "
+            "feature_bits)",
+            f"a component's log-density up to {form:.3g} nats, {params.max_frames} frames: "
+            f"{params.max_frames * per_frame:.3g}",
+        )
 
 
 def _ubm_rows(msg: pb.Matrix, params: SpeakerParams, dim: int, what: str) -> DiagGMM:
@@ -587,22 +594,40 @@ class EnrolledBits:
 
     def __init__(self, kept: int = 8) -> None:
         self._bits: dict[tuple[bytes, bool], int] = {}
+        self._ranges: dict[tuple[bytes, int], tuple[float, float]] = {}
         self._kept = kept
 
-    def __call__(self, models: SpeakerModels, shared: bool, fw: ForwardParams) -> int:
+    @staticmethod
+    def _digest(models: SpeakerModels) -> bytes:
         h = hashlib.blake2b(digest_size=32)
         for a in (models.ubm.weights, models.ubm.means, models.ubm.covars, models.means):
             arr = np.ascontiguousarray(a, dtype=np.float64)
             h.update(repr(arr.shape).encode())
             h.update(arr.tobytes())
-        key = (h.digest(), shared)
+        return h.digest()
+
+    def _keep(self, table: dict[Any, Any], key: tuple[Any, ...], value: Any) -> None:
+        while len(table) >= self._kept:
+            table.pop(next(iter(table)), None)
+        table[key] = value
+
+    def __call__(self, models: SpeakerModels, shared: bool, fw: ForwardParams) -> int:
+        key = (self._digest(models), shared)
         bits = self._bits.get(key)
         if bits is None:
             bits = _coefficient_bits(models, [models.speaker(i) for i in range(models.n_speakers)], shared, fw)
-            while len(self._bits) >= self._kept:
-                self._bits.pop(next(iter(self._bits)), None)
-            self._bits[key] = bits
+            self._keep(self._bits, key, bits)
         return bits
+
+    def ranges(self, models: SpeakerModels, feature_bits: int) -> tuple[float, float]:
+        """:func:`models_range` over the UBM and every enrolled speaker (1.7 ms a model: 1.7 s at a thousand)."""
+        key = (self._digest(models), feature_bits)
+        bound = self._ranges.get(key)
+        if bound is None:
+            gmms = [models.ubm, *(models.speaker(i) for i in range(models.n_speakers))]
+            bound = models_range(gmms, feature_bits)
+            self._keep(self._ranges, key, bound)
+        return bound
 
 
 def prepare_bob(models: SpeakerModels, enrolled: EnrolledBits) -> None:
@@ -612,6 +637,7 @@ def prepare_bob(models: SpeakerModels, enrolled: EnrolledBits) -> None:
     fw = VerifyParams().forward()
     for shared in (False, True):
         enrolled(models, shared, fw)
+    enrolled.ranges(models, fw.feature_bits)
 
 
 def _claim_free_forward(
@@ -935,10 +961,12 @@ async def verify_bob(
     # nor his other draws tell) and sends ξ(r − 2^41 nats) in step 3: D < 0 for certain.  The coefficient bits
     # his header shows are those of all his models, not of the claimed one's.
     pad = padding_speakers(models, 1, protocol_rng(seed, params.protocol_name, ch.role, "padding"))[0]
-    check_models_range([models.ubm, *(models.speaker(i) for i in range(models.n_speakers)), pad], params)
+    enrolled_bits = enrolled_bits or EnrolledBits()
+    kept, own = enrolled_bits.ranges(models, params.feature_bits), _log_density_bounds(pad, params.feature_bits)
+    check_models_range((max(kept[0], own[0]), max(kept[1], own[1])), params)  # every model, whatever the claim
     enrolled = params.claim in models.names
     speaker = models.speaker(models.index(params.claim)) if enrolled else pad
-    forward = _claim_free_forward(models, pad, params, enrolled_bits or EnrolledBits())
+    forward = _claim_free_forward(models, pad, params, enrolled_bits)
     if shared:  # --- Step 0 (ubm = "shared", as bob's policy allowed): the UBM to Alice.
         await ch.send(alice, f"{tag}/ubm", ubm_to_proto(models.ubm))
     # --- Steps 1-2.
@@ -1195,7 +1223,7 @@ async def identify_bob(
     # showed Alice how many speakers are enrolled, the number K̄ hides (a review).
     drawn = padding_speakers(models, Kbar, protocol_rng(seed, params.protocol_name, ch.role, "padding"))
     gmms = [models.speaker(k) for k in range(K)] + drawn[: Kbar - K] + [models.ubm]
-    check_models_range([*gmms, *drawn[Kbar - K :]], params)  # every model drawn, whatever K
+    check_models_range(models_range([*gmms, *drawn[Kbar - K :]], params.feature_bits), params)  # all, whatever K
     labels = [models.names[k] if k < K else f"~pad{k}" for k in range(Kbar)] + ["~ubm"]
     pk, lls, offline, online, T = await _bob_forward(
         ch, gmms, labels, models, params, tag, seed, alice, allow_insecure_keys

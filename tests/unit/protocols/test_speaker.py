@@ -653,3 +653,10 @@ def test_models_that_could_leave_the_score_range_are_refused_by_bob_before_any_m
             assert not [t for t in net.transcript if t[0] == "bob"]  # before any message of his
     _, b = _verify(_utterance(), _models(), sk, dgk_key, claim="bo", ubm=ubm)  # ordinary models: as before
     assert b.accept is not None
+    # one enrolled speaker beyond the range refuses every claim alike (the enrolled speakers' bound is kept per
+    # model set, as their coefficient bits are)
+    models = _models()
+    far = SpeakerModels(models.ubm, NAMES, models.means + np.array([0.0, 0.0, 1e6])[:, None, None])
+    for claim in ("ann", "cy", "nobody"):
+        with pytest.raises(InputRejected, match=r"could reach 2\^40 nats"):
+            _verify(_utterance(), far, sk, dgk_key, claim=claim, ubm=ubm)
