@@ -846,6 +846,41 @@ def known_coefficients(models: KeywordModels) -> np.ndarray:
     return W.reshape(-1, W.shape[-1])
 
 
+def score_range(models: KeywordModels, params: ForwardParams) -> tuple[float, float]:
+    """(B, b) for Gaussian models: B ≥ |q(z)| for every row's form and every frame inside the box |x_i| <
+    2^feature_bits (:func:`known_bounds`), and b ≥ |log P(x | λ)| for every finite log P of ``max_frames`` such
+    frames: P ≤ Π_t max_j b_j(x_t) (the paths' π·Πa sum to 1), and P ≥ one path's π·Πa·Πb, whose logs of positive
+    probabilities are each ≥ −max|log p| -- so b = |log π|max + T·(B + |log w|max + log C + |log a|max), over
+    the positive start, transition and mixture probabilities."""
+
+    def largest_log(p: np.ndarray | None) -> float:
+        if p is None:
+            return 0.0
+        pos = np.asarray(p, dtype=np.float64)
+        pos = pos[pos > 0]
+        return float(np.max(-np.log(pos))) if pos.size else 0.0
+
+    B = float(np.max(known_bounds(models, params.feature_bits)))
+    C = models.weights.shape[-1] if models.weights is not None else 1
+    per_frame = B + largest_log(models.weights) + math.log(C) + largest_log(models.transmat)
+    return B, largest_log(models.startprob) + params.max_frames * per_frame
+
+
+def check_score_range(models: KeywordModels, params: ForwardParams) -> None:
+    """Bob, before anything is sent: refuse (InputRejected) Gaussian models whose log-likelihood could reach 2^40
+    nats (or a form 2^41) for *some* utterance of ``max_frames`` frames inside the agreed box.  Alice refuses a
+    score beyond ±2^40 nats, but she sees it masked (log P + ω, |ω| < 2^40): whether her check fired depended on
+    where her features lay and on Bob's offset, a bit of her utterance for Bob (a review, 2026-12-05).  With
+    this no utterance inside the box reaches her check unless Bob deviates.  Public values only."""
+    form, total = score_range(models, params)
+    if not (form < SCORE_BOUND_NATS and total * (1 + 2.0**-20) < float(1 << 40)):
+        raise InputRejected(
+            "the models' log-likelihood could reach 2^40 nats for an utterance of max_frames frames inside the "
+            "agreed feature bound (floor their variances, or propose a smaller max_frames or feature_bits)",
+            f"a form up to {form:.3g} nats; {params.max_frames} frames: {total:.3g}",
+        )
+
+
 def known_rows(models: KeywordModels) -> Callable[[np.ndarray], np.ndarray]:
     """Alice's side of a known part (:class:`ForwardAlice`'s ``known``): for a block's frames (n × d) the
     quadratic forms zᵀW z of ``models``' rows (δ, j[, c]) in nats, (n, rows) -- what Bob's rows leave out
@@ -1722,6 +1757,7 @@ class ForwardBob:
         else:
             self.coefs, bits = model_coefficients(models, self.params, known)
             self.coefs, linear = _without_squares(self.coefs, models, known)
+            check_score_range(models, self.params)
         self.shape = Shape.of_models(models, bits, linear)
         beyond = self.shape.beyond(self.params)
         if beyond is not None:  # the session's byte envelope follows from the bounds

@@ -184,9 +184,11 @@ def test_coefficients_above_bound_raise_overflow(keypair512):
     # an agreed coefficient size the models exceed
     with pytest.raises(CryptoOverflow, match="16-bit coefficients"):
         secure_scores(tiny, rng.normal(size=(3, 3)), sk, params=ForwardParams(coef_bits=16))
-    # coef_bits="auto" (default) fits them (coefficients ≈ 5e6 < 2^24): exact, not refused
+    # coef_bits="auto" (default) fits them (coefficients ≈ 5e6 < 2^24): exact, not refused -- in a box small
+    # enough that no utterance of its frames reaches the score range (|x_i| < 8; the default 2^8 is refused below)
     X = rng.normal(size=(3, 3)) * 1e-3 + models.means[0, 0]
-    got, _, _ = secure_scores(tiny, X, sk)
+    assert np.abs(X).max() < 8
+    got, _, _ = secure_scores(tiny, X, sk, params=ForwardParams(feature_bits=3, **bounds_for(tiny, X)))
     assert_close(got, score_models(tiny, X))
     # beyond 2^64 nothing fits: Bob refuses before sending anything, naming model, state and the fix
     tinier = KeywordModels(
@@ -195,6 +197,32 @@ def test_coefficients_above_bound_raise_overflow(keypair512):
     with pytest.raises(CryptoOverflow, match=r"model 'w0', state \d.*variance.*--min-covar") as exc:
         secure_scores(tinier, rng.normal(size=(3, 3)), sk)
     assert "1e-22" not in exc.value.public_message and "w0" not in exc.value.public_message
+
+
+def test_models_that_could_leave_the_score_range_are_refused_by_bob_before_anything_is_sent(keypair512):
+    """Alice refuses a log-likelihood beyond ±2^40 nats, but she sees it masked (log P + ω, |ω| < 2^40): whether
+    her check fired depended on her features and on Bob's offset -- with variances of 10⁻⁷, an in-box utterance
+    far from the means could be refused or not by ω (a review).  Bob now refuses, before anything is sent, models
+    whose log-likelihood could reach the range for some utterance of max_frames frames inside the agreed box; a
+    smaller box or fewer frames admit the same models."""
+    from smcdp.protocols.secure_forward import score_range
+
+    _, sk = keypair512
+    rng = np.random.default_rng(6)
+    models = synthetic_models("diag", rng, D=1, N=2, d=3)
+    tiny = KeywordModels(
+        models.words, models.startprob, models.transmat, means=models.means, covars=np.full_like(models.covars, 1e-7)
+    )
+    X = np.full((3, 3), -200.0)  # inside the default box 2^8
+    params = ForwardParams(**bounds_for(tiny, X))
+    assert score_range(tiny, params)[1] >= 2.0**40
+    assert abs(score_models(tiny, X)).max() < 2.0**41  # an utterance whose score the masked check may refuse
+    with pytest.raises(InputRejected, match=r"could reach 2\^40 nats") as exc:
+        secure_scores(tiny, X, sk, params=params)
+    assert "frames:" not in exc.value.public_message  # the bound's values stay in Bob's log
+    for bound in (2, 8):  # the bound is loose (each form at the box's corner) and grows with the box
+        small = ForwardParams(feature_bits=bound, **bounds_for(tiny, X))
+        assert (score_range(tiny, small)[1] < 2.0**40) is (bound == 2)
 
 
 def test_wrong_feature_dimension(keypair512):
