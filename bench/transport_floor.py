@@ -89,8 +89,10 @@ async def bare_round_trips(where: Path, port: int, rounds: int, nbytes: int, rep
 
     ca, crt, key = _material(where)
     creds = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=crt)
-    # the leaf names localhost (as a party's certificate names its party): checked against that name
-    options = [("grpc.ssl_target_name_override", "localhost")]
+    # the leaf is party localhost's certificate: checked against that party's identity name, as parties check
+    from smcdp.net.tls import party_identity_name
+
+    options = [("grpc.ssl_target_name_override", party_identity_name("localhost"))]
     async with aio.secure_channel(f"127.0.0.1:{port}", creds, options=options) as channel:
         await asyncio.wait_for(channel.channel_ready(), 20)
         call = channel.stream_stream(

@@ -47,7 +47,7 @@ from smcdp.errors import PreconditionFailed, SmcdpError, Unavailable
 from smcdp.net.channel import Channel, Journal, Mailbox, holds_fresh, replay_view
 from smcdp.net.config import NetConfig
 from smcdp.net.limits import InboundBudget
-from smcdp.net.tls import PARTY_NAME_RE, TlsMaterial
+from smcdp.net.tls import IDENTITY_DOMAIN, PARTY_NAME_RE, TlsMaterial, party_identity_name
 from smcdp.v1 import transport_pb2 as tpb
 from smcdp.v1 import transport_pb2_grpc as tgrpc
 
@@ -158,17 +158,36 @@ def _origin_of(exc: grpc.RpcError) -> str | None:
     return None
 
 
-def error_from_rpc(exc: grpc.RpcError, what: str) -> SmcdpError:
+#: how gRPC's client reports a server certificate that does not carry the name it was checked against
+_NAME_MISMATCH = "Hostname Verification Check failed"
+
+
+def identity_hint(details: str | None, party: str | None = None) -> str:
+    """What to add to a failure whose ``details`` say the server's certificate did not name the party dialed
+    (``""`` for any other failure): gRPC's own words name neither the party nor the likely cause."""
+    if not details or _NAME_MISMATCH not in details:
+        return ""
+    name = party_identity_name(party) if party and PARTY_NAME_RE.match(party) else f"<party>.{IDENTITY_DOMAIN}"
+    return (
+        f" (the server there presented no certificate with the party identity name {name}: another party "
+        "listens at that address, or its certificate was made by an earlier smcdp and must be re-issued: "
+        "docs/security.md, 'Party identity')"
+    )
+
+
+def error_from_rpc(exc: grpc.RpcError, what: str, party: str | None = None) -> SmcdpError:
     """Translate a failed call into an :mod:`smcdp.errors` exception.
 
     A status that carries ``smcdp-origin`` trailing metadata reports a session
     failure that started at that party: it becomes a
     :class:`~smcdp.errors.SessionAborted` with the original code and origin --
-    and an instance of that code's class too (:func:`remote_failure`).
+    and an instance of that code's class too (:func:`remote_failure`).  ``party``: the party dialed, if known
+    (named in the hint a failed certificate check gets: :func:`identity_hint`).
     """
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     # the peer wrote these: one printable line each before they reach a log or a record
     details = printable(exc.details() if hasattr(exc, "details") else str(exc))
+    details += identity_hint(details, party)
     name = code.name if code is not None else "UNKNOWN"
     origin = _origin_of(exc)
     if origin is not None:
@@ -256,7 +275,8 @@ class PeerConnector:
 
     A grpc.aio channel belongs to the event loop it was created in: make one
     connector per loop and close it when the loop is done with it.  The server
-    certificate is checked against the *party name* (``ssl_target_name_override``),
+    certificate is checked against the party's *identity name* (``ssl_target_name_override`` =
+    :func:`~smcdp.net.tls.party_identity_name`, ``<party>.party.smcdp.invalid``, which no host name can be),
     so a peer is authenticated as the party we meant whatever address it has.
     """
 
@@ -276,7 +296,9 @@ class PeerConnector:
         if ch is None:
             address = self.config.address_of(party)
             ch = grpc.aio.secure_channel(
-                address, self._creds, options=channel_options() + [("grpc.ssl_target_name_override", party)]
+                address,
+                self._creds,
+                options=channel_options() + [("grpc.ssl_target_name_override", party_identity_name(party))],
             )
             self._channels[party] = ch
         return ch
@@ -347,7 +369,7 @@ async def call_with_retry(
             break
         await race(asyncio.sleep(min(next(delays), left)))
     detail = (
-        f"; last error {last.code().name}: {printable(last.details(), 400)}"
+        f"; last error {last.code().name}: {printable(last.details(), 400)}{identity_hint(last.details(), party)}"
         if last is not None
         else "; no time left to try"
     )

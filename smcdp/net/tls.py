@@ -6,12 +6,17 @@ Built on the ``cryptography`` package.  Choices (see docs/transport.md):
   stack gRPC uses, signs and verifies much faster than RSA-3072 at a
   comparable (~128-bit) security level, and keeps certificates small.
 * A party certificate carries the party name as subject common name (CN) and
-  as a DNS subjectAltName, plus optional extra host names / IP addresses.
-  Its extended key usage allows both TLS server and TLS client
-  authentication, because every party is both.
+  its *identity name* ``<name>.party.smcdp.invalid`` as a DNS subjectAltName,
+  plus the bare party name (for earlier versions' clients, deprecated) and
+  optional extra host names / IP addresses.  Its extended key usage allows
+  both TLS server and TLS client authentication, because every party is both.
 * The party name is the identity: servers read the CN of the verified client
-  certificate, clients verify the server certificate against the party name
-  they expect (``grpc.ssl_target_name_override``), whatever address it has.
+  certificate, clients verify the server certificate against the identity
+  name of the party they expect (``grpc.ssl_target_name_override``), whatever
+  address it has.  No host name can be an identity name (``smcdp.invalid`` is
+  reserved: :func:`validate_host`), so an extra host name never makes one
+  party pass for another; host lists that name another party are refused too
+  (:func:`check_hosts_name_no_other_party`).
 * Private keys are written unencrypted (the party process must start
   unattended) with mode 0600, created that way with ``os.open``.
 """
@@ -42,6 +47,13 @@ StrPath = str | os.PathLike[str]
 #: letter or digit, at most 63 characters (a DNS label, so the name can be a SAN).
 PARTY_NAME_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\Z")
 
+#: The DNS domain under which a certificate names its party: ``<party>.party.smcdp.invalid``.
+#: ``.invalid`` is reserved (RFC 6761: never a real host, never resolves), and no host given for a
+#: certificate or a deployment may lie under :data:`RESERVED_DOMAIN`, so an identity name cannot
+#: collide with any host name.
+IDENTITY_DOMAIN = "party.smcdp.invalid"
+RESERVED_DOMAIN = "smcdp.invalid"
+
 DEFAULT_CA_DAYS = 3650
 DEFAULT_PARTY_DAYS = 825
 CA_CERT_FILE = "ca.crt"
@@ -60,6 +72,13 @@ def validate_party_name(name: object, what: str = "party name") -> str:
             "(not starting or ending with '-')"
         )
     return name
+
+
+def party_identity_name(name: str) -> str:
+    """The name a party's certificate carries as its identity (a DNS subjectAltName), and the name a
+    client checks a server's certificate against (``grpc.ssl_target_name_override``) when it dials
+    party ``name``: ``<name>.party.smcdp.invalid``."""
+    return f"{validate_party_name(name)}.{IDENTITY_DOMAIN}"
 
 
 def parse_party_list(text: str) -> list[str]:
@@ -91,7 +110,25 @@ def parse_hosts(text: str | None, parties: Sequence[str]) -> dict[str, list[str]
             raise InvalidMessage(f"--hosts names party {name!r}, which is not in --parties")
         validate_host(host)
         out[name].append(host)
+    check_hosts_name_no_other_party(out, parties)
     return out
+
+
+def check_hosts_name_no_other_party(hosts: Mapping[str, Iterable[str]], parties: Iterable[str]) -> None:
+    """Refuse a host of one party that is the name of another party (DNS names compare case-insensitively).
+
+    The identity clients check is the reserved :func:`party_identity_name`, which no host can be; but a
+    client of an earlier version checks the bare party name, which the certificate carrying such a host
+    would then pass for -- and a host list that names another party is a mistake in any case."""
+    names = set(parties)
+    for party, items in hosts.items():
+        for host in items:
+            other = host.lower()
+            if other in names and other != party:
+                raise InvalidMessage(
+                    f"host {host!r} of party {party!r} is the name of party {other!r}: {party}'s certificate would "
+                    f"carry {other}'s name; give {party} a fully qualified host name or an IP address instead"
+                )
 
 
 _DNS_RE = re.compile(
@@ -109,6 +146,12 @@ def validate_host(host: str) -> str:
         pass
     if not _DNS_RE.match(host):
         raise InvalidMessage(f"host {host!r} is neither an IP address nor a DNS name")
+    low = host.lower()
+    if low == RESERVED_DOMAIN or low.endswith("." + RESERVED_DOMAIN):
+        raise InvalidMessage(
+            f"host {host!r} is under {RESERVED_DOMAIN}, which is reserved for the party identity names "
+            f"(<party>.{IDENTITY_DOMAIN}) that certificates carry"
+        )
     return host
 
 
@@ -176,7 +219,9 @@ def issue_party_certificate(
     hosts: Iterable[str] = (),
     days: int = DEFAULT_PARTY_DAYS,
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-    """Key + certificate for party ``name`` (CN and DNS SAN = name, plus ``hosts``)."""
+    """Key + certificate for party ``name``: CN = name; DNS SANs: its identity name
+    (:func:`party_identity_name`), the bare name (read only by earlier versions' clients; deprecated),
+    plus ``hosts``."""
     validate_party_name(name)
     hosts = [validate_host(h) for h in hosts]
     if days <= 0:
@@ -210,7 +255,9 @@ def issue_party_certificate(
         .add_extension(
             x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
         )
-        .add_extension(x509.SubjectAlternativeName(_san_entries([name, *hosts])), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName(_san_entries([party_identity_name(name), name, *hosts])), critical=False
+        )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
@@ -286,12 +333,68 @@ def certificate_party_name(cert: x509.Certificate) -> str:
     return validate_party_name(str(cns[0].value), "certificate common name")
 
 
+def certificate_identity_names(cert: x509.Certificate) -> list[str]:
+    """The party names a certificate's identity names (``<party>.party.smcdp.invalid`` SANs) name, lowercased."""
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    suffix = "." + IDENTITY_DOMAIN
+    return [n.lower()[: -len(suffix)] for n in san.get_values_for_type(x509.DNSName) if n.lower().endswith(suffix)]
+
+
+#: what an operator does about a certificate without an identity name (docs/security.md, "Party identity")
+REISSUE_HINT = (
+    "re-issue it under the same CA: `smcdp deploy rotate --dir DIR --all` for `smcdp deploy` bundles, "
+    "`smcdp certs --out DIR --parties NAMES --reuse-ca --force` otherwise (docs/security.md, 'Party identity')"
+)
+
+
+def check_party_identity(cert: x509.Certificate, where: object = "the certificate") -> str:
+    """The party name of a party certificate that names it as its identity: its CN, and exactly one identity
+    name (:func:`party_identity_name`), of that party.  A certificate made by an earlier version (no
+    identity name) is refused, saying how to re-issue it: no peer of this version would accept it."""
+    name = certificate_party_name(cert)
+    ids = certificate_identity_names(cert)
+    if not ids:
+        raise CertificateError(
+            f"certificate {where} of party {name!r} has no party identity name ({party_identity_name(name)}): it was "
+            f"made by an earlier smcdp, whose certificates peers no longer accept (an extra host name could make one "
+            f"party pass for another); {REISSUE_HINT}"
+        )
+    if ids != [name]:
+        raise CertificateError(
+            f"certificate {where} has common name {name!r} but names {', '.join(map(repr, ids))} as its party "
+            f"identity; {REISSUE_HINT}"
+        )
+    return name
+
+
 def _subject(cert: x509.Certificate) -> str:
     """A certificate's subject for an error message (a damaged one may not render: then its serial)."""
     try:
         return cert.subject.rfc4514_string()
     except ValueError:
         return f"the certificate with serial {cert.serial_number:x} (its subject is damaged)"
+
+
+def _issued_host_names(out: Path, skip: Iterable[str]) -> dict[str, set[str]]:
+    """Party -> the other DNS names (hosts, lowercased) of each party certificate ``<party>.crt`` in ``out``,
+    but those of ``skip`` (being re-issued) and files that are no party certificate."""
+    skip = set(skip)
+    found: dict[str, set[str]] = {}
+    for path in sorted(out.glob("*.crt")) if out.is_dir() else ():
+        if path.name == CA_CERT_FILE or path.stem in skip:
+            continue
+        try:
+            cert = load_certificate(path)
+            name = certificate_party_name(cert)
+            san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except (CertificateError, InvalidMessage, x509.ExtensionNotFound, ValueError):
+            continue
+        dns = {n.lower() for n in san.get_values_for_type(x509.DNSName)}
+        found[name] = dns - {name, party_identity_name(name)}
+    return found
 
 
 @dataclass(frozen=True)
@@ -327,6 +430,20 @@ def generate_deployment(
     for n in hosts:
         if n not in parties:
             raise InvalidMessage(f"hosts given for {n!r}, which is not one of the parties")
+        for h in hosts[n]:
+            validate_host(h)  # before anything is written
+    check_hosts_name_no_other_party(hosts, parties)
+    # parties issued before in this directory: no new certificate carries their names, nor theirs a new party's
+    if reuse_ca:
+        issued = _issued_host_names(out, skip=parties)
+        check_hosts_name_no_other_party(hosts, [*parties, *issued])
+        for other, names in issued.items():
+            clash = sorted(names & set(parties))
+            if clash:
+                raise InvalidMessage(
+                    f"the certificate of party {other!r} in {out} carries the host name {clash[0]!r}: a party of "
+                    f"that name would share it; choose another name, or first re-issue {other} without that host"
+                )
     out.mkdir(parents=True, exist_ok=True)
     ca_crt, ca_key = out / CA_CERT_FILE, out / CA_KEY_FILE
     targets = [out / f"{p}.crt" for p in parties] + [out / f"{p}.key" for p in parties]
@@ -366,8 +483,10 @@ class TlsMaterial:
     name: str  # the CN of cert_pem
 
     @classmethod
-    def load(cls, ca: StrPath, cert: StrPath, key: StrPath) -> TlsMaterial:
-        """Load and check: the certificate is signed by a CA of the bundle, valid now, and matches the key.
+    def load(cls, ca: StrPath, cert: StrPath, key: StrPath, *, party_identity: bool = True) -> TlsMaterial:
+        """Load and check: the certificate is signed by a CA of the bundle, valid now, matches the key and (with
+        ``party_identity``, for a party's own certificate) names its party as its identity
+        (:func:`check_party_identity`: a certificate of an earlier version is refused, saying how to re-issue).
 
         The CA file may hold several certificates (a CA rotation: the old CA and
         the new one side by side): every one is trusted for peers, and this
@@ -408,4 +527,5 @@ class TlsMaterial:
                     f"certificate {p} is not valid now (valid {c.not_valid_before_utc:%Y-%m-%d} "
                     f"to {c.not_valid_after_utc:%Y-%m-%d})"
                 )
-        return cls(Path(ca).read_bytes(), Path(cert).read_bytes(), Path(key).read_bytes(), certificate_party_name(own))
+        name = check_party_identity(own, cert) if party_identity else certificate_party_name(own)
+        return cls(Path(ca).read_bytes(), Path(cert).read_bytes(), Path(key).read_bytes(), name)

@@ -33,6 +33,7 @@ from smcdp.net.grpc_channel import (
     channel_options,
     error_for_code,
     error_from_rpc,
+    identity_hint,
     remote_failure,
 )
 from smcdp.net.server import (
@@ -40,7 +41,7 @@ from smcdp.net.server import (
     namespaced,
     new_session_id,
 )
-from smcdp.net.tls import TlsMaterial
+from smcdp.net.tls import TlsMaterial, party_identity_name
 from smcdp.runtime.config import PartyConfig, load_config, operator_socket
 from smcdp.states import SessionState
 from smcdp.v1 import transport_pb2 as tpb
@@ -66,7 +67,7 @@ def _operator_options(target: str) -> list[tuple[str, int | str]]:
         (key, OPERATOR_CONNECT_MS if key == "grpc.min_reconnect_backoff_ms" else value)
         for key, value in channel_options()
     ]
-    return options + [("grpc.ssl_target_name_override", target)]
+    return options + [("grpc.ssl_target_name_override", party_identity_name(target))]
 
 
 def _operator_address(config: PartyConfig, party: str | None = None) -> str:
@@ -463,7 +464,10 @@ def _client_error(exc: grpc.RpcError, cfg: PartyConfig, what: str) -> SmcdpError
     except Exception:  # noqa: BLE001 - errors raised before any response carry no metadata
         session_failed = False
     if exc.code() == grpc.StatusCode.UNAVAILABLE and not session_failed:
-        return Unavailable(f"{what}: party {cfg.name!r} is not reachable at {_operator_address(cfg)}: {exc.details()}")
+        return Unavailable(
+            f"{what}: party {cfg.name!r} is not reachable at {_operator_address(cfg)}: {exc.details()}"
+            + identity_hint(exc.details(), cfg.name)
+        )
     return error_from_rpc(exc, f"{what} at party {cfg.name!r}")
 
 
@@ -476,7 +480,7 @@ def check_health(
         try:
             resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc, f"health check of {peer or cfg.name!r}") from None
+            raise error_from_rpc(exc, f"health check of {peer or cfg.name!r}", peer or cfg.name) from None
     return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
 
 

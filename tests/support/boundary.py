@@ -324,10 +324,11 @@ class StreamFlood:
         import time
 
         from smcdp.net.grpc_channel import channel_options
+        from smcdp.net.tls import party_identity_name
 
         self._stop = asyncio.Event()
         opts = channel_options() + [
-            ("grpc.ssl_target_name_override", self.target),
+            ("grpc.ssl_target_name_override", party_identity_name(self.target)),
             ("grpc.use_local_subchannel_pool", 1),
         ]
         channels = [grpc.aio.secure_channel(self.address, self._creds, options=opts) for _ in range(self.connections)]

@@ -3,7 +3,8 @@
 ``make_deployment`` issues one certificate per party under the deployment CA.  A fuzzer of the boundary also
 needs callers that no honest deployment has: a certificate of the same CA whose common name is not a party name
 at all (the TLS handshake passes -- only the server's own reading of the name can refuse it), one for a name in
-no party's ``[peers]``, and certificates of another CA (the handshake itself must fail).
+no party's ``[peers]``, and certificates of another CA (the handshake itself must fail).  And a party
+certificate as versions before party identity names issued it (:func:`earlier_version_certificate`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,29 @@ def issue_raw_certificate(certs: Path, stem: str, common_name: str, days: int = 
     key_path.chmod(0o600)
     cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
     return cert_path, key_path
+
+
+def earlier_version_certificate(ca_key, ca_cert: x509.Certificate, name: str, hosts=(), days: int = 365):
+    """(key, certificate) for party ``name`` as smcdp issued them before party identity names: CN and DNS SAN =
+    the party name, plus ``hosts`` -- no ``<name>.party.smcdp.invalid`` (docs/security.md, "Party identity")."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = _dt.datetime.now(_dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - _dt.timedelta(minutes=5))
+        .not_valid_after(now + _dt.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in (name, *hosts)]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    return key, cert
 
 
 def issue_member_certificates(certs: Path, names: list[str]) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from smcdp.net.config import Timeouts
 from smcdp.net.grpc_channel import channel_options
+from smcdp.net.tls import party_identity_name
 from tests.support.paths import REPO  # noqa: E402
 
 ECHO_PLUGIN = "tests.support.echo_plugin"
@@ -109,7 +110,8 @@ def in_thread():
 
 
 def raw_channel(certs: Path, as_party: str | None, address: str, target: str, ca: Path | None = None) -> grpc.Channel:
-    """A blocking channel presenting ``as_party``'s certificate (None: no client certificate)."""
+    """A blocking channel presenting ``as_party``'s certificate (None: no client certificate) that accepts the server
+    as party ``target`` as the parties do: by ``target``'s identity name (:func:`smcdp.net.tls.party_identity_name`)."""
     root = (ca or certs / "ca.crt").read_bytes()
     if as_party is None:
         creds = grpc.ssl_channel_credentials(root)
@@ -117,7 +119,9 @@ def raw_channel(certs: Path, as_party: str | None, address: str, target: str, ca
         creds = grpc.ssl_channel_credentials(
             root, (certs / f"{as_party}.key").read_bytes(), (certs / f"{as_party}.crt").read_bytes()
         )
-    return grpc.secure_channel(address, creds, options=channel_options() + [("grpc.ssl_target_name_override", target)])
+    return grpc.secure_channel(
+        address, creds, options=channel_options() + [("grpc.ssl_target_name_override", party_identity_name(target))]
+    )
 
 
 class PartyProcess:

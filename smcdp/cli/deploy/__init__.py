@@ -8,7 +8,7 @@
       <party>/                 one self-contained bundle per party, copied to that party's host
         party.toml             its configuration: listen address, peers' addresses, TLS files
         certs/ca.crt           the CA certificate (public)
-        certs/<party>.crt      its certificate (CN = party name, SANs = name + host)
+        certs/<party>.crt      its certificate (CN = party name; SANs = <party>.party.smcdp.invalid, name, host)
         certs/<party>.key      its private key, mode 0600 -- only in this bundle
         data/                  durable state: session records, outputs (mode 0700)
         inputs/                its private input files (copied here by --inputs)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from smcdp.errors import InvalidMessage
 from smcdp.net.config import parse_address
-from smcdp.net.tls import validate_host, validate_party_name
+from smcdp.net.tls import check_hosts_name_no_other_party, validate_host, validate_party_name
 
 #: where the container image expects a bundle's pieces (see deploy/Dockerfile)
 CONTAINER_DIR = "/etc/smcdp"
@@ -92,6 +92,10 @@ def parse_hosts(text: str | Sequence[str]) -> list[HostSpec]:
                 "give parties on the same host different ports"
             )
         seen[key] = s.name
+    try:  # a party's certificate carries its host: never another party's name (smcdp.net.tls)
+        check_hosts_name_no_other_party({s.name: [s.host] for s in specs}, names)
+    except InvalidMessage as exc:
+        raise DeployError(str(exc)) from None
     return specs
 
 

@@ -39,6 +39,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from smcdp.dp.budget import fmt_amount
 from smcdp.net.config import parse_address
 from smcdp.net.grpc_channel import PeerConnector
+from smcdp.net.tls import party_identity_name
 from smcdp.runtime.governance.audit import read_entries, verify_log
 from smcdp.states import PENDING_APPROVAL, ProposalState, SessionState
 
@@ -105,7 +106,8 @@ def cert_facts(cert: x509.Certificate) -> dict:
 def _peer_certificate(
     address: str, party: str, tls, cert_file: Path, key_file: Path, timeout: float
 ) -> x509.Certificate:
-    """The certificate ``party`` presents at ``address``, checked against the federation's CA."""
+    """The certificate ``party`` presents at ``address``, checked against the federation's CA and for ``party``'s
+    identity name (as the party's own channels check it: :func:`~smcdp.net.tls.party_identity_name`)."""
     host, port = parse_address(address, f"peers.{party}")
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=tls.ca_pem.decode("ascii"))
     ctx.check_hostname = True
@@ -113,7 +115,7 @@ def _peer_certificate(
     # the party's own certificate as client certificate: the peer requires one (mutual TLS)
     ctx.load_cert_chain(str(cert_file), str(key_file))
     with socket.create_connection((host, port), timeout=timeout) as raw:
-        with ctx.wrap_socket(raw, server_hostname=party) as s:
+        with ctx.wrap_socket(raw, server_hostname=party_identity_name(party)) as s:
             der = s.getpeercert(binary_form=True)
     assert der is not None  # the handshake verified a certificate (CERT_REQUIRED), so the peer sent one
     return x509.load_der_x509_certificate(der)

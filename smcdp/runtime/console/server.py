@@ -50,7 +50,8 @@ def console_ssl_context(cfg: ConsoleConfig, ca_path) -> ssl.SSLContext | None:
     if cfg.tls is None:
         return None
     try:
-        TlsMaterial.load(ca_path, cfg.tls.cert, cfg.tls.key)  # issued by [tls] ca, valid now, key matches
+        # issued by [tls] ca, valid now, key matches; browsers check its host name, not a party identity
+        TlsMaterial.load(ca_path, cfg.tls.cert, cfg.tls.key, party_identity=False)
         if cfg.tls.client_ca is not None:
             load_certificates(cfg.tls.client_ca)
     except (CertificateError, OSError, ValueError) as exc:

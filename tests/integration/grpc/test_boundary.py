@@ -13,6 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from hypothesis import HealthCheck, Phase, given, settings
 
 from smcdp.net.limits import Limits
+from smcdp.net.tls import party_identity_name
 from smcdp.runtime import client
 from smcdp.runtime.config import load_config
 from smcdp.v1 import transport_pb2 as tpb
@@ -498,7 +499,7 @@ def test_a_compressed_message_is_bounded_by_its_size_once_decompressed(party):
     creds = grpc.ssl_channel_credentials(
         (certs / "ca.crt").read_bytes(), (certs / "alice.key").read_bytes(), (certs / "alice.crt").read_bytes()
     )
-    options = [("grpc.ssl_target_name_override", "bob"), ("grpc.max_send_message_length", -1)]
+    options = [("grpc.ssl_target_name_override", party_identity_name("bob")), ("grpc.max_send_message_length", -1)]
     bomb = tpb.SessionSpec(session_id="alice.bomb", protocol="net-echo", params_json="{" + " " * (16 << 20) + "}")
     with grpc.secure_channel(cfg.address_of("bob"), creds, options=options) as ch:
         propose = ch.unary_unary(MAILBOX + "Propose", request_serializer=None, response_deserializer=None)

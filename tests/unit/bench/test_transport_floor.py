@@ -21,9 +21,10 @@ def test_the_certificates_are_a_ca_and_a_leaf_for_localhost_with_a_private_key_f
     ca = x509.load_pem_x509_certificate((tmp_path / "ca.pem").read_bytes())
     leaf = x509.load_pem_x509_certificate((tmp_path / "leaf.pem").read_bytes())
     assert leaf.issuer == ca.subject
+    # party localhost's certificate as smcdp issues it: its identity name first (the name the client checks)
     assert leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
         x509.DNSName
-    ) == ["localhost"]
+    ) == ["localhost.party.smcdp.invalid", "localhost"]
     leaf.verify_directly_issued_by(ca)
     assert stat.S_IMODE((tmp_path / "leaf.key").stat().st_mode) == 0o600
 

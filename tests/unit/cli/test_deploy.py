@@ -106,6 +106,10 @@ def test_inputs_are_copied_into_the_owners_bundle_only(deployment, tmp_path):
         ("alice=10.0.0.1:50051,alice=10.0.0.2:50051", "more than once"),
         ("alice=10.0.0.1:50051,bob=10.0.0.1:50051", "would both listen on 10.0.0.1:50051"),
         ("alice=0.0.0.0:50051,bob=10.0.0.2:50051", "listen-everywhere"),
+        # a party's certificate carries its host: never another party's name (the review's `--hosts alice=bob:50051`)
+        ("alice=bob:50051,bob=10.0.0.2:50051", "host 'bob' of party 'alice' is the name of party 'bob'"),
+        ("alice=10.0.0.1:50051,bob=ALICE:50051", "host 'ALICE' of party 'bob' is the name of party 'alice'"),
+        ("alice=10.0.0.1:50051,bob=bob.party.smcdp.invalid:1", "reserved for the party identity names"),
     ],
 )
 def test_host_specs_are_validated(hosts, message, tmp_path, capsys):
@@ -525,6 +529,7 @@ def test_add_a_party_to_an_existing_deployment(deployment, capsys):
         ("bob=10.0.0.9:1", "already in the deployment: bob"),
         ("dave=10.0.0.1:50051", "would both listen on 10.0.0.1:50051"),
         ("Dave=10.0.0.9:1", "is not valid"),
+        ("dave=trent:1", "host 'trent' of party 'dave' is the name of party 'trent'"),
     ],
 )
 def test_add_refuses_clashes(deployment, hosts, message, capsys):
@@ -533,6 +538,51 @@ def test_add_refuses_clashes(deployment, hosts, message, capsys):
     assert message in capsys.readouterr().err
     assert (deployment / "deployment.json").read_text() == manifest
     assert not (deployment / "dave").exists()
+
+
+def test_a_party_may_not_be_added_under_a_host_name_of_the_deployment(tmp_path, capsys):
+    """A short host name that later becomes a party's name: alice's certificate carries "db"."""
+    out = tmp_path / "dep"
+    assert smcdp_main(["deploy", "init", "--hosts", "alice=db:50051,bob=10.0.0.2:50051", "--out", str(out)]) == 0
+    manifest = (out / "deployment.json").read_text()
+    assert smcdp_main(["deploy", "add", "--dir", str(out), "--hosts", "db=10.0.0.3:50051"]) == 2
+    assert "host 'db' of party 'alice' is the name of party 'db'" in capsys.readouterr().err
+    assert (out / "deployment.json").read_text() == manifest and not (out / "db").exists()
+
+
+def test_host_equal_to_the_own_party_name_is_fine(tmp_path):
+    """Container networks name a party's host after the party (a compose service "alice"): still accepted."""
+    assert [s.host for s in deploy.parse_hosts("alice=alice:50051,bob=bob:50051")] == ["alice", "bob"]
+
+
+def test_bundle_certificates_name_their_party_by_its_identity_name_only(deployment):
+    from smcdp.net.tls import certificate_identity_names
+
+    for name in ADDR:
+        cert = load_certificate(deployment / name / "certs" / f"{name}.crt")
+        assert certificate_identity_names(cert) == [name]
+        sans = _san(cert)
+        assert f"{name}.party.smcdp.invalid" in sans
+        assert not sans & ({p for p in ADDR if p != name} | {f"{p}.party.smcdp.invalid" for p in ADDR if p != name})
+
+
+def test_check_refuses_a_certificate_of_an_earlier_version_and_rotate_repairs_it(deployment, capsys):
+    """A bundle made before identity names: `deploy check` says to re-issue, `deploy rotate` does, and the
+    bundle passes again with the same CA (the other parties need no change)."""
+    from smcdp.net.tls import load_private_key, write_certificate, write_private_key
+    from tests.support.callers import earlier_version_certificate
+
+    certs = deployment / "bob" / "certs"
+    ca_key = load_private_key(deployment / "ca" / "ca.key")
+    key, cert = earlier_version_certificate(ca_key, load_certificate(certs / "ca.crt"), "bob", ["bob.example.org"])
+    write_private_key(certs / "bob.key", key, overwrite=True)
+    write_certificate(certs / "bob.crt", cert, overwrite=True)
+    assert smcdp_main(["deploy", "check", str(deployment / "bob")]) == 1
+    out = capsys.readouterr().out
+    assert "no party identity name (bob.party.smcdp.invalid)" in out and "smcdp deploy rotate" in out
+    assert smcdp_main(["deploy", "rotate", "--dir", str(deployment), "--party", "bob"]) == 0
+    assert smcdp_main(["deploy", "check", str(deployment / "bob")]) == 0
+    assert "bundle looks good" in capsys.readouterr().out
 
 
 # ------------------------------------------------------------------------------ governance

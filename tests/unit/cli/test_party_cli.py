@@ -39,6 +39,15 @@ def test_certs_command(tmp_path, capsys):
     assert run(["certs", "--out", str(out), "--parties", "dave", "--reuse-ca"]) == 0
 
 
+def test_certs_refuses_a_host_list_that_puts_one_partys_name_in_anothers_certificate(tmp_path, capsys):
+    out = tmp_path / "certs"
+    assert run(["certs", "--out", str(out), "--parties", "alice,bob", "--hosts", "alice=bob"]) == 2
+    assert "host 'bob' of party 'alice' is the name of party 'bob'" in capsys.readouterr().err
+    assert run(["certs", "--out", str(out), "--parties", "alice,localhost", "--localhost"]) == 2
+    assert "is the name of party 'localhost'" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_session_and_health_commands(tmp_path, in_thread, capsys):
     cfgs = make_deployment(tmp_path, ["alice", "bob"])
     in_thread.start(cfgs["alice"])

@@ -12,7 +12,7 @@ from concurrent import futures
 import grpc
 
 from smcdp.net.grpc_channel import channel_options
-from smcdp.net.tls import TlsMaterial
+from smcdp.net.tls import TlsMaterial, party_identity_name
 from smcdp.runtime.config import load_config
 from smcdp.runtime.local import write_local_deployment
 from smcdp.v1 import transport_pb2 as tpb
@@ -43,7 +43,7 @@ def test_a_peer_one_and_a_half_seconds_of_round_trip_away_is_reached(tmp_path):
         channel = grpc.aio.secure_channel(
             f"127.0.0.1:{proxy.port}",
             grpc.ssl_channel_credentials(tls.ca_pem, tls.key_pem, tls.cert_pem),
-            options=channel_options() + [("grpc.ssl_target_name_override", "bob")],
+            options=channel_options() + [("grpc.ssl_target_name_override", party_identity_name("bob"))],
         )
         try:
             # waits through connection attempts until one completes (or 30 s pass)
