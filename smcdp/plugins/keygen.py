@@ -136,6 +136,14 @@ class KeyCeremonyPlugin(ProtocolPlugin):
     async def run_role(self, role: str, ch: Channel, ctx: SessionContext) -> dict:
         p = KeyCeremonyParams.from_mapping(ctx.params)
         check_key_bits(p.key_bits, ctx.allow_insecure_keys)
+        if (isinstance(ctx.seed, int) or getattr(ctx.seed, "seeded", False)) and not ctx.allow_insecure_keys:
+            # every share, p and q follow from the session's roots, which a known seed makes public: the group key
+            # would be readable by whoever knows the seed in every later session that names it (a review)
+            raise PreconditionFailed(
+                f"{ch.me} refuses a seeded key ceremony: the seed would make the group's private key computable by "
+                "whoever knows it; run it without a seed (a seeded ceremony is for tests, where insecure keys are "
+                "allowed)"
+            )
         if ctx.keys_dir is None:
             raise PreconditionFailed(f"{ch.me} has no key store (SessionContext.keys_dir) for the key ceremony")
         store = KeyStore(ctx.keys_dir)

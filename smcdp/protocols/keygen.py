@@ -41,9 +41,12 @@ are then sent by party 1 to party 2.
 
 Security model: **semi-honest**, any coalition of at most t parties (n ≥ 2t + 1 with BGW; for n = 2,
 one party, under DCR for the ephemeral keys); the key's decryption then tolerates malicious parties
-(proofs of correct partial decryption, :mod:`smcdp.crypto.threshold`).  A party that deviates during
-generation can make it fail or produce a bad key undetected (Nishide–Sakurai / Hazay et al. give the
-malicious version).
+(proofs of correct partial decryption, :mod:`smcdp.crypto.threshold`).  **Every party must follow the
+ceremony**: a party that deviates during generation can learn the factorization while the ceremony succeeds
+(a wrong share of a mask sent to one honest party puts that party's point of the ψ or φ sharing into the
+opened value's spare bits; with n = 2, party 1 encrypting an out-of-range value reads party 2's p and q mod M),
+besides making it fail or produce a bad key undetected.  Nishide–Sakurai / Hazay et al. give the malicious
+version, which is not implemented (docs/crypto.md, "Assumptions").
 """
 
 from __future__ import annotations
@@ -117,6 +120,11 @@ def field_prime(min_bits: int) -> int:
     raise InvalidMessage(f"no prime field of more than {min_bits} bits is configured (key too large)")
 
 
+#: the smallest sieving modulus M a ceremony accepts (3·5·7·11: below it candidates are barely sieved, and
+#: M = 1 left nothing to draw a_i from -- 256-bit keys with 61 parties crashed)
+MIN_SIEVE_MODULUS: Final = 3 * 5 * 7 * 11
+
+
 def sieve_modulus(half_bits: int, parties: int) -> int:
     """M: the product of the odd primes 3, 5, 7, … while n·bits(M) ≤ half_bits − 8 (step 1)."""
     budget = (half_bits - 8) // parties
@@ -186,6 +194,12 @@ class KeygenParams(ProtocolParams):
         if self.max_candidates < 1:
             raise InvalidMessage("max_candidates must be positive")
         field_prime(self.d_bits + 8)  # the key size is within the configured fields
+        if sieve_modulus(self.half_bits, self.parties) < MIN_SIEVE_MODULUS:
+            raise InvalidMessage(
+                f"{self.parties} parties leave too little room to sieve {self.key_bits}-bit candidates (each party's "
+                f"share of p mod M must fit in {(self.half_bits - 8) // self.parties} bits): use a larger key_bits "
+                "or fewer parties"
+            )
         return self
 
     @property
@@ -721,17 +735,17 @@ async def _exponent(st: _Ceremony, N: int, p_i: int, q_i: int) -> tuple[int, int
     """Step 6: d = β·φ, θ = d mod N; returns (θ, this party's additive share d_i of d)."""
     st.ch.progress(step="exponent")
     phi_i = (N + 1 - p_i - q_i) if st.me == 1 else -(p_i + q_i)
-    while True:
-        beta = st.rng["exponent"].getrandbits(st.params.key_bits + KAPPA)
-        s_i = st.rng["exponent"].getrandbits(st.params.s_bits)
-        (w,) = await st.open_products("theta", [beta], [phi_i], st.P_big, mask=N, s=[s_i])
-        await st.agree("theta", [w])
-        if w <= 0:  # β ≥ 0, φ > 0, s ≥ 0: an honest w is positive
-            raise KeygenFailed("the opened β·φ + N·s is not positive: a party deviated; the ceremony stops")
-        theta = w % N
-        if math.gcd(theta, N) == 1:
-            break
-        st.round += 1  # pragma: no cover - probability about 2/sqrt(N)
+    beta = st.rng["exponent"].getrandbits(st.params.key_bits + KAPPA)
+    s_i = st.rng["exponent"].getrandbits(st.params.s_bits)
+    (w,) = await st.open_products("theta", [beta], [phi_i], st.P_big, mask=N, s=[s_i])
+    await st.agree("theta", [w])
+    if w <= 0:  # β ≥ 0, φ > 0, s ≥ 0: an honest w is positive
+        raise KeygenFailed("the opened β·φ + N·s is not positive: a party deviated; the ceremony stops")
+    theta = w % N
+    if math.gcd(theta, N) != 1:  # pragma: no cover - probability about 2/sqrt(N)
+        # w mod N = −β·ψ mod N shares a factor with N, so the opened value has just factored N for everyone: this
+        # modulus is spent, not retried with another β (a review)
+        raise KeygenFailed("the opened θ shares a factor with N: this modulus is public now; start the ceremony again")
     d_i = (w if st.me == 1 else 0) - N * s_i
     del phi_i, beta
     return int(theta), d_i

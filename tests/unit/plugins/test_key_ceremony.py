@@ -308,3 +308,28 @@ def test_the_progress_step_counts_the_candidates_tried_against_the_expected_coun
     assert sieving[0] == f"sieve, 0 of ~{expected} candidates tried"
     assert sieving[-1] == f"sieve, {res['party1'].candidates - 8} of ~{expected} candidates tried"
     assert steps[-2:] == ["exponent", "shares"]
+
+
+def test_a_seeded_ceremony_is_refused_unless_insecure_keys_are_allowed(tmp_path):
+    """Every share, p and q follow from the session's roots: a seeded ceremony stored a group key whose private
+    key whoever knows the seed can compute, and later unseeded sessions naming the group trusted it (a review).
+    A party refuses one before any work -- unless it allows insecure keys (tests, as 256-bit keys)."""
+    from smcdp.errors import PreconditionFailed
+
+    with pytest.raises(PreconditionFailed, match="refuses a seeded key ceremony"):
+        _run(tmp_path, {**SMALL, "key_bits": 2048}, insecure=False, roots={r: 7 for r in ROLES3})
+    for role in ROLES3.values():
+        assert not (tmp_path / role / "keys").exists() or not any((tmp_path / role / "keys").iterdir())
+    results, _ = _run(tmp_path / "tests", SMALL, roots={r: 7 for r in ROLES3})  # the tests' opt-in
+    assert len({r["fingerprint"] for r in results.values()}) == 1
+
+
+def test_too_many_parties_for_the_key_size_are_refused_at_validation():
+    """256-bit keys with 61 parties left a sieving modulus of 1 (each party's share of p mod M gets (h − 8)/n
+    bits) and the ceremony crashed on an empty range; from 31 parties M = 3 barely sieved.  Refused up front."""
+    from smcdp.protocols.keygen import MIN_SIEVE_MODULUS, KeygenParams, sieve_modulus
+
+    assert sieve_modulus(128, 61) < MIN_SIEVE_MODULUS
+    with pytest.raises(InvalidMessage, match="too little room to sieve"):
+        KeygenParams(key_bits=256, parties=61, threshold=30, allow_insecure=True).validate()
+    KeygenParams(key_bits=2048, parties=64, threshold=31).validate()  # the largest ceremony: fine
