@@ -87,6 +87,30 @@ def read_token(path) -> bytes:
 #: what a client that has not authenticated may fetch: nothing about the party
 PUBLIC_PATHS = frozenset({"/healthz", "/static/console.css", "/favicon.ico"})
 
+#: the host names a plain-HTTP loopback console answers to (besides its listen address)
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def host_name(header: str) -> str:
+    """The name of a Host header without its port (IPv6 literals without their brackets), lower case."""
+    h = header.strip()
+    if h.startswith("["):
+        end = h.find("]")
+        return h[1:end].lower() if end > 0 else "\x00"  # no name ever allowed
+    if h.count(":") == 1:
+        h = h.rsplit(":", 1)[0]
+    return h.lower().rstrip(".")
+
+
+def allowed_hosts(cfg: ConsoleConfig, tls: bool) -> frozenset[str] | None:
+    """The Host names a console answers to: for a plain-HTTP loopback console its loopback names and its listen
+    host -- any other name is a page of another site that had its name point at 127.0.0.1 (DNS rebinding) and
+    would read this console as its own origin; None (any) where TLS makes a browser check the name itself, or
+    where the console already answers everyone who can reach it (``insecure_bind``)."""
+    if tls or not cfg.loopback or cfg.listen is None:
+        return None
+    return LOOPBACK_NAMES | {host_name(parse_address(cfg.listen, "console.listen")[0])}
+
 
 class Gate:
     """Who may read the console: a client certificate issued by ``client_ca`` -- this
@@ -136,6 +160,7 @@ class Console:
         #: what the party warns about at start-up, on every page too (an open policy, seeds), so no operator misses them
         self.warnings = warnings_for(party.config)
         self.gate: Gate | None = None
+        self.hosts: frozenset[str] | None = None  # set by start(): the Host names it answers to (None: any)
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> int:
@@ -153,7 +178,8 @@ class Console:
             log.warning("!!! console: the bearer token travels in plain HTTP on %s (console.insecure_bind)", cfg.listen)
         self.obs.prober = PeerProber(self.party.config, self.party.tls, cfg.probe_seconds)
         self.obs.prober.start()
-        app = web.Application(middlewares=[_headers, self._authenticated], client_max_size=4096)
+        self.hosts = allowed_hosts(cfg, sslctx is not None)
+        app = web.Application(middlewares=[_headers, self._same_host, self._authenticated], client_max_size=4096)
         app.on_response_prepare.append(_with_headers)  # the router's own 404 and any 500 too
         app.add_routes(
             [
@@ -193,6 +219,23 @@ class Console:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    @web.middleware
+    async def _same_host(self, request: web.Request, handler):
+        """421 for a Host this console does not answer to (:func:`allowed_hosts`); a request without a Host
+        (HTTP/1.0 tools) is served -- browsers always send one -- and so are the public paths, which say nothing
+        about the party (a health probe may name the host as it likes)."""
+        header = request.headers.get("Host")
+        if (
+            self.hosts is not None
+            and header is not None
+            and request.path not in PUBLIC_PATHS
+            and host_name(header) not in self.hosts
+        ):
+            raise web.HTTPMisdirectedRequest(
+                text="this console answers to its own address only (localhost, 127.0.0.1, ::1)\n", headers=HEADERS
+            )
+        return await handler(request)
 
     @web.middleware
     async def _authenticated(self, request: web.Request, handler):
