@@ -179,14 +179,16 @@ class Decisions:
         raise refusal(OutOfBounds, self.name, sid, "approval", f"the proposal is {p.state} here")
 
     # ------------------------------------------------------------------ the operator's decisions
-    def approve(self, session_id: str) -> dict:
+    def approve(self, session_id: str, charges: bool | None = None) -> dict:
+        """``charges``: whether the session costs budget by today's policy and budget (the governor's check when
+        the operator approves); None: as decided when it was queued."""
         with self._lock:
             p = self.expire_one(self.proposal(session_id))
             if p.state == ProposalState.APPROVED:
                 return views.describe(p)
             if p.state != ProposalState.PENDING:
                 raise PreconditionFailed(f"proposal {session_id!r} is {p.state}; only a pending one can be approved")
-            if p.charges_budget:
+            if p.charges_budget if charges is None else charges:
                 c = self.reservations.reserve(
                     session_id, SessionSummary(**_summary_args(p.summary)), p.initiator, refuse=False
                 )

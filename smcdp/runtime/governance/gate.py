@@ -38,6 +38,7 @@ from smcdp.net.grpc_channel import NotFound
 from smcdp.net.server import PendingApproval, SessionSpec
 from smcdp.plugins.base import ProtocolPlugin, SessionContext, SessionSummary
 from smcdp.plugins.keystore import stored_groups
+from smcdp.plugins.registry import get_plugin
 from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.governance import views
 from smcdp.runtime.governance.approvals import Proposal, ProposalStore, proposals_dir
@@ -128,6 +129,10 @@ class Governor:
         self.unbegun = Unbegun(self.audit, self._lock)
         #: sessions releasing exact outputs from this party's data, against max_exact_sessions
         self.exact = ExactSessions(self.policy, self.audit, name, self._lock)
+        #: the plug-in of a protocol, to admit a proposal again when its operator approves it: the registry's, or
+        #: the one a proposal of the protocol was last admitted with in this process (tests' own plug-ins)
+        self.plugin_for: Callable[[str], ProtocolPlugin] = get_plugin
+        self._plugins: dict[str, ProtocolPlugin] = {}
         #: what becomes of the proposals that wait for the operator
         self.decisions = Decisions(
             config, name, self.proposals, self.reservations, self.exact, self.audit, self._lock, self._refused
@@ -223,6 +228,7 @@ class Governor:
         :class:`PendingApproval`; raises the refusal.  Idempotent for a repeated proposal.
         """
         with self._lock:
+            self._plugins[spec.protocol] = plugin
             prop = self.proposals.get(spec.session_id)
             if prop is not None:
                 return self.decisions.repeat(prop, peer, spec)
@@ -382,7 +388,23 @@ class Governor:
 
     # ------------------------------------------------------------------ operator decisions (governance.decisions)
     def approve(self, session_id: str) -> dict:
-        return self.decisions.approve(session_id)
+        """The operator approves a pending proposal -- admitted again by today's policy and budget first, as a
+        resume is: a proposal queued before a restart that changed ``[policy]`` or ``[budget]`` was approved under
+        the old decision (a session whose cost was not charged then released its output with no charge, a
+        review).  One that no longer passes is rejected with the refusal's reason (its proposer learns it on its
+        next Propose) and the refusal raised to the operator."""
+        with self._lock:
+            p = self.decisions.expire_one(self.decisions.proposal(session_id))
+            charges = None
+            if p.state == ProposalState.PENDING:
+                try:
+                    plugin = self._plugins.get(p.protocol) or self.plugin_for(p.protocol)
+                    _summary, charges = self._check(p.initiator, p.spec(), plugin, p.role)
+                except SmcdpError as exc:
+                    self.proposals.decide(p, ProposalState.REJECTED.value, f"no longer admitted here: {exc}")
+                    self._refused(p.initiator, exc, None, session_id, how="approval")
+                    raise
+            return self.decisions.approve(session_id, charges=charges)
 
     def reject(self, session_id: str, reason: str) -> dict:
         return self.decisions.reject(session_id, reason)

@@ -75,6 +75,8 @@ def _config(tmp_path, approval="auto", total=3.0, **policy) -> PartyConfig:
 
 def _gov(cfg) -> Governor:
     g = Governor(cfg, "alice")
+    # this file's plug-ins are not registered: an approval admits a proposal again with them (after a restart too)
+    g.plugin_for = lambda name: {"cost": CostPlugin, "exact": ExactPlugin, "free": FreePlugin}[name]()
     g.start()
     return g
 
@@ -565,4 +567,46 @@ def test_a_lost_ledger_is_refused_at_start_not_made_anew_with_the_whole_budget(t
     start_new_log(tmp_path / "alice", "alice", reason="the ledger was lost; the budget starts anew", by="test")
     g = _gov(_config(tmp_path, total=3.0))
     assert _ledger(tmp_path).status("alice").spent_epsilon == 0
+    g.stop()
+
+
+@pytest.mark.parametrize("day2", ["budget", "max_epsilon"])
+def test_a_proposal_queued_before_a_restart_is_admitted_again_by_todays_policy_when_approved(tmp_path, day2):
+    """Day 1: an open policy with operator approval and no [budget] (releases not charged: the start-up warning
+    says so); charlie's proposal of epsilon 4 waits.  Day 2 the operator adds a budget of 3 -- or a policy with
+    max_epsilon 2 -- and restarts.  A fresh identical proposal was refused, the queued one approved under day 1's
+    decision: it ran and released with no charge (a review).  Now approving re-runs today's checks: the budget
+    refuses the reservation (the proposal waits, nothing runs), the policy rejects the proposal with the reason
+    its proposer is told."""
+    from smcdp.dp.budget import BudgetExceeded
+    from smcdp.runtime.governance.policy import OutOfBounds
+
+    base = _config(tmp_path, approval="operator")
+    g = _gov(replace(base, budget=None, policy=Policy(approval="operator", open=True)))
+    spec = _spec("charlie.s1", epsilon=4.0, release=True)
+    assert isinstance(g.admit("charlie", spec, CostPlugin(), "data"), PendingApproval)
+    g.stop()
+    if day2 == "budget":
+        g = _gov(
+            replace(
+                base, budget=BudgetConfig(dataset="alice", epsilon=3.0), policy=Policy(approval="operator", open=True)
+            )
+        )
+        with pytest.raises(BudgetExceeded):
+            g.approve("charlie.s1")
+        assert g.show("charlie.s1", None)["state"] == "pending"
+        assert isinstance(g.admit("charlie", spec, CostPlugin(), "data"), PendingApproval)  # nothing runs
+    else:
+        g = _gov(
+            replace(
+                base,
+                budget=None,
+                policy=Policy(approval="operator", protocols={"cost": replace(RULES, max_epsilon=2.0)}),
+            )
+        )
+        with pytest.raises(OutOfBounds, match="maximum"):
+            g.approve("charlie.s1")
+        assert g.show("charlie.s1", None)["state"] == "rejected"
+        with pytest.raises(SmcdpError, match="no longer admitted here"):
+            g.admit("charlie", spec, CostPlugin(), "data")
     g.stop()
