@@ -86,8 +86,9 @@ class Limits:
     #: gRPC: concurrent streams per connection
     max_concurrent_streams: int = 128
     #: concurrent calls from all peers together (the operator's own calls are not counted: they have
-    #: ``operator_calls``; nor are the calls of running sessions, see CallQuotas); gRPC's own hard cap is set
-    #: above it (:meth:`grpc_rpc_cap`)
+    #: ``operator_calls``; nor are the calls of running sessions, see CallQuotas).  gRPC itself caps nothing:
+    #: every call is counted here from its first moment (smcdp.net.server), and a cap that does not tell
+    #: callers apart would let one member's calls refuse everyone's
     max_concurrent_rpcs: int = 512
     #: concurrent calls from one peer (every Mailbox method and health check)
     calls_per_peer: int = 128
@@ -137,13 +138,6 @@ class Limits:
         """Sessions of one peer this party holds at once in any state, winding down too: what its pending
         and running slots allow (a session whose end is decided frees its slot but not its memory)."""
         return self.pending_per_peer + self.running_per_peer
-
-    def grpc_rpc_cap(self, peers: int = 0) -> int:
-        """gRPC's ``maximum_concurrent_rpcs``: a hard cap that refuses every caller alike, so it sits
-        above what this party's own accounting admits (peers in all, the operator's reserve, and the calls
-        of running sessions, at most ``calls_per_peer`` for each of the ``peers`` in ``[peers]``), with
-        room for as many calls again that the accounting is refusing at that moment."""
-        return 2 * self.max_concurrent_rpcs + self.operator_calls + peers * self.calls_per_peer
 
     def envelope(self, derived: TrafficEnvelope | None) -> TrafficEnvelope:
         """A protocol's envelope, capped by the configured ceilings (the ceilings alone if none)."""
@@ -494,9 +488,13 @@ class CallQuotas:
       ``max_concurrent_rpcs``, so calls that no running session needs (idle or stalled streams, Watch,
       proposals, calls of sessions not yet begun) cannot take the capacity a running session needs, however
       many members send them.  In all they are bounded by the peers' own quotas (every participant of a
-      session is in ``[peers]``) and gRPC's hard cap leaves room for them (:meth:`Limits.grpc_rpc_cap`).
+      session is in ``[peers]``).
 
-    Every refusal is ResourceExhausted naming the rule, and happens before the call holds anything.
+    The server counts a call here the moment its handler starts, before it has read a request (every method
+    is served as a client-streaming one: smcdp.net.server), and sets no gRPC-level cap: nothing but these
+    quotas decides whether a call is served, so no call that they do not see can take a slot another
+    caller needs.  Every refusal is ResourceExhausted naming the rule, and happens before the call holds
+    anything.
     Used from the server's event loop only (a lock keeps it safe if that ever changes).
     """
 

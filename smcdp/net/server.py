@@ -14,11 +14,13 @@ Status codes (see docs/transport.md):
   happen: the TLS handshake already refuses clients without a valid certificate)
 * PERMISSION_DENIED   -- the caller holds no role in the session, or calls an
   operator method without this party's own certificate
-* FAILED_PRECONDITION -- unknown or ended session, or a session in the wrong state
+* FAILED_PRECONDITION -- unknown or ended session, or a session in the wrong state;
+  a call whose request, or whose end, did not come within ``limits.call_idle_seconds``
 * INVALID_ARGUMENT    -- malformed envelope / spec / parameters (including bytes
   that do not decode as the request type, and JSON past its size or depth
-  bound), an abort code that is not a failure code, or a second different
-  message under the same tag
+  bound), an abort code that is not a failure code, a second different
+  message under the same tag, or a call of a method with one request that
+  sent none or two
 * RESOURCE_EXHAUSTED  -- a limit of :mod:`smcdp.net.limits` (session slots,
   bytes or messages of a session), checked before anything is buffered
 * ALREADY_EXISTS, NOT_FOUND -- session ids
@@ -30,6 +32,13 @@ Status codes (see docs/transport.md):
 Requests are decoded by this module, not by gRPC: a request that does not
 parse reaches its handler as :class:`Undecodable` and is refused with
 INVALID_ARGUMENT (gRPC's own decoding would answer INTERNAL or UNKNOWN).
+
+Every method is registered as a client-streaming one (the same on the wire: a
+unary client is served as before), so that gRPC calls the handler when a call's
+headers arrive and the party counts the call at once
+(:class:`smcdp.net.limits.CallQuotas`); a method with one request reads it
+within ``limits.call_idle_seconds`` and then the end of the call
+(:func:`_single_request`).  gRPC itself caps no calls.
 Peer-supplied text that this party logs or records (abort messages) goes
 through :func:`smcdp._text.printable` first.
 """
@@ -40,7 +49,6 @@ import abc
 import asyncio
 import concurrent.futures
 import datetime as _dt
-import inspect
 import json
 import logging
 import os
@@ -1087,93 +1095,137 @@ def server_options(limits: Limits) -> list[tuple[str, int]]:
     ]
 
 
-def _counted(
-    fn: _Behaviour, quotas: CallQuotas, what: str, reserved: Callable[[str, Any], bool] | None = None
-) -> _Behaviour:
-    """``fn`` (a handler) counted against the caller's call quota, refused at once past it.  ``reserved(peer,
-    request)``: whether the call belongs to the capacity of running sessions (not the shared pool)."""
+#: how a call of a method with one request is counted before that request is read (:func:`_single_request`):
+#: in the shared pool; as a running session's call -- a Health.Check ("always", answered at once), or a
+#: Heartbeat or an Abort ("running") once its request names a running session the caller takes part in
+_Reserve: TypeAlias = Literal["always", "running"] | None
 
-    async def enter(request: Any, context: _Context) -> tuple[str, bool]:
+
+async def _next_request(it: AsyncIterator[Any]) -> tuple[bool, Any]:
+    """(True, the next request) or (False, None) at the end of the call."""
+    try:
+        return True, await it.__anext__()
+    except StopAsyncIteration:
+        return False, None
+
+
+async def _one_request(request_iterator: AsyncIterable[Any], seconds: float, what: str) -> Any:
+    """The one request of a call, read within ``seconds`` (``limits.call_idle_seconds``), and then the end of the
+    call within ``seconds`` again: a call with no request is INVALID_ARGUMENT, and so is one with two (it is
+    not served at all); one that sends neither in time is FAILED_PRECONDITION."""
+    it = request_iterator.__aiter__()
+    try:
+        more, request = await asyncio.wait_for(_next_request(it), seconds)
+    except TimeoutError:
+        raise PreconditionFailed(
+            f"{what}: the call sent no request within {seconds:g} s (limits.call_idle_seconds)"
+        ) from None
+    if not more:
+        raise InvalidMessage(f"{what}: the call ended without its request")
+    try:
+        more, _ = await asyncio.wait_for(_next_request(it), seconds)
+    except TimeoutError:
+        raise PreconditionFailed(
+            f"{what}: the call was not closed within {seconds:g} s of its request (limits.call_idle_seconds)"
+        ) from None
+    if more:
+        raise InvalidMessage(f"{what} takes one request; the call sent more")
+    return request
+
+
+def _single_request(
+    fn: _Behaviour,
+    quotas: CallQuotas,
+    what: str,
+    reserve: _Reserve = None,
+    host: PeerHost | None = None,
+    watch: bool = False,
+) -> _Behaviour:
+    """``fn``, a handler of a method with one request (``fn(request, context)``), served as a client-streaming
+    handler (``(request_iterator, context)``; the same on the wire): gRPC calls it as soon as a call's headers
+    arrive, before any request, so the call is counted against the caller's quota
+    (:class:`smcdp.net.limits.CallQuotas`) from its first moment and refused at once past it.  Served as a
+    unary handler, gRPC read the request first and counted the call in its own ``maximum_concurrent_rpcs``
+    meanwhile, where the party never saw it: a member opening calls that sent no request filled that cap and
+    locked out every caller -- other members, health checks, the party's own operator -- and a call closed
+    without a request was never answered.  The request is read within ``limits.call_idle_seconds``, and the
+    call must end after it (:func:`_one_request`).
+
+    ``reserve``: which calls belong to the capacity of running sessions rather than the shared pool
+    (:data:`_Reserve`; ``host`` tells which sessions run).  ``watch``: a Health.Watch, bounded by the Watch
+    quotas (:meth:`CallQuotas.enter_watch`) *before* it counts against the caller's calls: a Watch never ends by
+    itself, and members reopening refused ones must not hold the slots every other call needs, even for the
+    moment of a refusal."""
+    seconds = quotas.limits.call_idle_seconds
+
+    def running(peer: str, request: Any) -> bool:
+        try:
+            return (
+                host is not None
+                and not isinstance(request, Undecodable)
+                and bool(request.session_id)
+                and host.running_with(peer, request.session_id)
+            )
+        except Exception:  # noqa: BLE001 - a request that names nothing usable: the shared pool
+            return False
+
+    async def serve(request_iterator: AsyncIterable[Any], context: _Context) -> Any:
         try:
             peer = peer_identity(context)
         except Unauthenticated:
             peer = ""  # cannot happen behind mutual TLS; counted as one anonymous peer all the same
-        own = False
-        try:
-            own = reserved is not None and reserved(peer, request)
-        except Exception:  # noqa: BLE001 - a request that names nothing usable: the shared pool
-            own = False
-        try:
-            quotas.enter(peer, own)
-        except ResourceExhausted as exc:
-            await _fail(context, exc, what)
-        return peer, own
-
-    if inspect.isasyncgenfunction(fn):
-
-        async def streaming(request: Any, context: _Context) -> AsyncIterator[Any]:
-            peer, own = await enter(request, context)
+        if watch:
             try:
-                async for item in fn(request, context):
-                    yield item
+                quotas.enter_watch(peer)
+            except ResourceExhausted as exc:
+                await _fail(context, exc, what)
+        try:
+            own = reserve == "always"
+            try:
+                try:
+                    quotas.enter(peer, own)
+                except ResourceExhausted:
+                    # the shared pool is full: a peer in a running session here may still send that session's
+                    # heartbeats and aborts, which its request confirms (or the call moves back, or is refused)
+                    if reserve != "running" or host is None or not host.running_with(peer):
+                        raise
+                    quotas.enter(peer, reserved=True)
+                    own = True
+            except ResourceExhausted as exc:
+                await _fail(context, exc, what)
+            try:
+                try:
+                    request = await _one_request(request_iterator, seconds, what)
+                    if reserve == "running":
+                        mine = running(peer, request)
+                        if mine and not own:
+                            quotas.reserve(peer)
+                            own = True
+                        elif own and not mine:
+                            quotas.unreserve(peer)  # raises if the shared pool is full: the call ends
+                            own = False
+                except SmcdpError as exc:
+                    await _fail(context, exc, what)
+                return await fn(request, context)
             finally:
                 quotas.leave(peer, own)
-
-        return streaming
-
-    async def unary(request: Any, context: _Context) -> Any:
-        peer, own = await enter(request, context)
-        try:
-            return await fn(request, context)
         finally:
-            quotas.leave(peer, own)
+            if watch:
+                quotas.leave_watch(peer)
 
-    return unary
+    return serve
 
 
-def _reserved_calls(service: str, method: str, host: PeerHost | None) -> Callable[[str, Any], bool] | None:
+def _reserve_of(service: str, method: str) -> _Reserve:
     """Which calls of ``service.method`` use the capacity of running sessions rather than the shared pool:
     a heartbeat or an abort of a running session the caller takes part in, and a health Check (answered at
-    once: it cannot be held, so it needs no shared slot and a flood of other calls cannot refuse it)."""
+    once: it cannot be held past its request, so it needs no shared slot and a flood of other calls cannot
+    refuse it)."""
     if service == "grpc.health.v1.Health" and method == "Check":
-        return lambda peer, request: True
-    if service == "smcdp.v1.Mailbox" and method in ("Heartbeat", "Abort") and host is not None:
-        return lambda peer, request: (
-            not isinstance(request, Undecodable)
-            and bool(request.session_id)
-            and host.running_with(peer, request.session_id)
-        )
+        return "always"
+    if service == "smcdp.v1.Mailbox" and method in ("Heartbeat", "Abort"):
+        return "running"
     return None
-
-
-def _watch_counted(fn: _Behaviour, quotas: CallQuotas) -> _Behaviour:
-    """A Health.Watch handler bounded by the Watch quotas (:meth:`CallQuotas.enter_watch`) *before* it counts
-    against the caller's calls: a Watch never ends by itself, and members reopening refused ones must not
-    hold the slots every other call needs, even for the moment of a refusal."""
-
-    async def watch(request: Any, context: _Context) -> Any:
-        try:
-            peer = peer_identity(context)
-        except Unauthenticated:
-            peer = ""  # cannot happen behind mutual TLS; one anonymous peer all the same
-        try:
-            quotas.enter_watch(peer)
-        except ResourceExhausted as exc:
-            await _fail(context, exc, "Health.Watch")
-        try:
-            return await fn(request, context)
-        finally:
-            quotas.leave_watch(peer)
-
-    return watch
-
-
-_HANDLER_MAKERS = {
-    (True, True): grpc.stream_stream_rpc_method_handler,
-    (True, False): grpc.stream_unary_rpc_method_handler,
-    (False, True): grpc.unary_stream_rpc_method_handler,
-    (False, False): grpc.unary_unary_rpc_method_handler,
-}
 
 
 def _generic_handler(
@@ -1184,26 +1236,28 @@ def _generic_handler(
     host: PeerHost | None = None,
 ) -> grpc.GenericRpcHandler[Any, Any]:
     """The service's handlers with this module's decoding (see :class:`Undecodable`), each call counted
-    against the caller's quota (:class:`smcdp.net.limits.CallQuotas`).  ``messages``: the module holding
-    the service's request and response classes; ``host``: tells which calls are a running session's."""
+    against the caller's quota (:class:`smcdp.net.limits.CallQuotas`) as soon as it starts.  Every method is
+    served as a client-streaming one (:func:`_single_request` for those with one request).  ``messages``: the
+    module holding the service's request and response classes; ``host``: tells which calls are a running
+    session's."""
     handlers: dict[str, grpc.RpcMethodHandler[Any, Any]] = {}
     for m in service_desc.methods:
         if not hasattr(servicer, m.name):
             continue  # not served (grpc.health.v1's List): UNIMPLEMENTED
         req_cls = getattr(messages, m.input_type.name)
         resp_cls = getattr(messages, m.output_type.name)
-        make = _HANDLER_MAKERS[(m.client_streaming, m.server_streaming)]
-        if service_desc.full_name == "smcdp.v1.Mailbox" and m.name in ("Deliver", "Stream"):
-            fn = getattr(servicer, m.name)  # counted by the call itself (_MessageCall): idle, then bound
-        else:
-            fn = _counted(
-                getattr(servicer, m.name),
+        fn = getattr(servicer, m.name)
+        if not m.client_streaming:
+            fn = _single_request(
+                fn,
                 quotas,
                 f"{service_desc.name}.{m.name}",
-                _reserved_calls(service_desc.full_name, m.name, host),
+                _reserve_of(service_desc.full_name, m.name),
+                host,
+                watch=service_desc.full_name == "grpc.health.v1.Health" and m.name == "Watch",
             )
-        if service_desc.full_name == "grpc.health.v1.Health" and m.name == "Watch":
-            fn = _watch_counted(fn, quotas)
+        # else Deliver and Stream: counted by the call itself (_MessageCall): idle, then bound
+        make = grpc.stream_stream_rpc_method_handler if m.server_streaming else grpc.stream_unary_rpc_method_handler
         handlers[m.name] = make(
             fn, request_deserializer=_tolerant_deserializer(req_cls), response_serializer=resp_cls.SerializeToString
         )
@@ -1269,11 +1323,11 @@ class PartyServer:
                 resource.getrlimit(resource.RLIMIT_NOFILE)[0],
                 len(self.config.peers),
             )
-        # gRPC's own cap refuses every caller alike: it sits above this party's accounting (per peer, all
-        # peers, the operator's reserve), which refuses the one over its quota
-        server = grpc.aio.server(
-            options=server_options(limits), maximum_concurrent_rpcs=limits.grpc_rpc_cap(len(self.config.peers))
-        )
+        # no maximum_concurrent_rpcs: gRPC's cap refuses every caller alike, so one member's calls would refuse
+        # everyone's.  Every call is counted by this party's own accounting (per peer, all peers, the operator's
+        # reserve, running sessions) from the moment its handler starts (_generic_handler), which refuses the
+        # one over its quota; a call is one HTTP/2 stream, bounded per connection (max_concurrent_streams)
+        server = grpc.aio.server(options=server_options(limits))
         services = tpb.DESCRIPTOR.services_by_name
         server.add_generic_rpc_handlers(
             (

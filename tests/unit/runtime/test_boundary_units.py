@@ -141,15 +141,6 @@ def test_a_partys_port_is_its_alone():
     assert dict(server_options(Limits()))["grpc.so_reuseport"] == 0
 
 
-def test_grpc_cap_sits_above_what_the_accounting_admits():
-    """gRPC's maximum_concurrent_rpcs refuses everyone alike (issue 24: a flood of one member took it all):
-    it must never bind before this party's own per-peer accounting and the operator's reserve do."""
-    lim = Limits()
-    assert lim.grpc_rpc_cap() > lim.max_concurrent_rpcs + lim.operator_calls
-    # and above the calls running sessions may hold outside max_concurrent_rpcs: calls_per_peer per peer
-    assert lim.grpc_rpc_cap(10) > lim.max_concurrent_rpcs + lim.operator_calls + 10 * lim.calls_per_peer
-
-
 def test_running_sessions_calls_are_outside_the_shared_pool():
     """Issue 40: calls of running sessions (reserved) count against their peer's quota only, so any number of
     members filling max_concurrent_rpcs cannot refuse them; a call moves between the pools when it names its
