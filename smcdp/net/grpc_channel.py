@@ -707,14 +707,7 @@ class GrpcChannel(Channel):
                 if prev == (type_url, digest) or self._same_but_randomness(key, type_url, data):
                     self.inbound_duplicates += 1
                     return False
-                # the sender's state is what failed (a replay that diverged): it is the origin
-                raise with_origin(
-                    errors.InvalidMessage(
-                        f"{sender_role} ({self.roles[sender_role]}) sent a second, different message with tag "
-                        f"{tag!r} in session {self.session_id}"
-                    ),
-                    self.roles[sender_role],
-                )
+                raise self._rewrite(sender_role, tag)
             self._check_open()
             try:
                 if self.journal is not None:
@@ -733,6 +726,54 @@ class GrpcChannel(Channel):
             self.abort_threadsafe(failed)
             raise failed
         return True
+
+    def copy_needs_bytes(self, sender_role: str, tag: str, type_url: str) -> bool:
+        """Can a copy of the message held under (sender, tag) be judged only from its bytes?  Only one that may
+        differ from it in fresh randomness alone (:meth:`_same_but_randomness`: a type that carries fresh
+        randomness, of the held one's type, in a session with a journal); any other is judged by its SHA-256
+        (:meth:`accept_copy_threadsafe`), and the server does not hold it."""
+        with self._lock:
+            return self._needs_bytes(self._seen.get((sender_role, tag)), type_url)
+
+    def _needs_bytes(self, prev: tuple[str, bytes] | None, type_url: str) -> bool:
+        return self.journal is not None and holds_fresh(type_url) and (prev is None or prev[0] == type_url)
+
+    def accept_copy_threadsafe(
+        self, sender_role: str, tag: str, type_url: str, digest: bytes, data: bytes | None = None
+    ) -> bool | None:
+        """Judge a copy of the message held under (sender, tag) from its SHA-256 ``digest`` -- and from its
+        bytes, ``data``, where :meth:`copy_needs_bytes` says only they can tell: False for a harmless
+        duplicate, :class:`InvalidMessage` (its sender the origin) for a different message, and None if
+        ``data`` is None and only the bytes could tell.  A key not held (cannot happen: the server asks for
+        keys held) is accepted from ``data`` as a new message."""
+        self.last_heard[sender_role] = time.monotonic()  # any message is a sign of life (liveness)
+        key = (sender_role, tag)
+        with self._lock:
+            prev = self._seen.get(key)
+            if prev is not None:
+                if prev == (type_url, digest):
+                    self.inbound_duplicates += 1
+                    return False
+                if self._needs_bytes(prev, type_url):
+                    if data is None:
+                        return None
+                    if self._same_but_randomness(key, type_url, data):
+                        self.inbound_duplicates += 1
+                        return False
+                raise self._rewrite(sender_role, tag)
+        if data is None:
+            raise PreconditionFailed(f"message {tag!r} from {sender_role} is not held here")
+        return self.accept_threadsafe(sender_role, tag, type_url, data)
+
+    def _rewrite(self, sender_role: str, tag: str) -> SmcdpError:
+        # the sender's state is what failed (a replay that diverged): it is the origin
+        return with_origin(
+            errors.InvalidMessage(
+                f"{sender_role} ({self.roles[sender_role]}) sent a second, different message with tag "
+                f"{tag!r} in session {self.session_id}"
+            ),
+            self.roles[sender_role],
+        )
 
     def _same_but_randomness(self, key: tuple[str, str], type_url: str, data: bytes) -> bool:
         """A resend that differs from the message received under ``key`` in fresh encryption randomness

@@ -49,6 +49,7 @@ import abc
 import asyncio
 import concurrent.futures
 import datetime as _dt
+import hashlib
 import json
 import logging
 import os
@@ -194,6 +195,18 @@ class InboundTarget(Protocol):
     def holds(self, sender_role: str, tag: str) -> bool:
         """True if a message under this (sender, tag) was accepted already (a resend: its check may read the
         journal, so it is not accepted on the server's loop)."""
+
+    def copy_needs_bytes(self, sender_role: str, tag: str, type_url: str) -> bool:
+        """Can a copy of the message held under (sender, tag) be judged only from its bytes (one that may
+        differ from it in fresh randomness only)?  Any other copy is judged by its SHA-256 alone, and the
+        server does not hold it."""
+
+    def accept_copy_threadsafe(
+        self, sender_role: str, tag: str, type_url: str, digest: bytes, data: bytes | None = None
+    ) -> bool | None:
+        """Judge a copy of the message held under (sender, tag) from its SHA-256 (and its bytes where
+        :meth:`copy_needs_bytes`): False for a duplicate; InvalidMessage for a different message; None if
+        ``data`` is None and only the bytes could tell."""
 
     def durable_future(self) -> concurrent.futures.Future[None]:
         """A future done once every message accepted so far is durable (then it may be acknowledged)."""
@@ -520,21 +533,29 @@ class _MessageCall:
         except StopAsyncIteration:
             return None
 
-    async def next(self) -> tpb.Envelope | None:
-        """The next envelope (checked: not undecodable), or None at the end of the call."""
+    async def next(self, closing: str | None = None) -> tpb.Envelope | None:
+        """The next envelope (checked: not undecodable), or None at the end of the call.  ``closing``: the
+        call must end now (a Deliver after its message, which names ``closing``): the end is awaited
+        ``limits.call_idle_seconds`` at most, as the first envelope is."""
+        seconds = self.servicer.idle_seconds
         if self.session_id is None:
             try:
-                item = await asyncio.wait_for(self._read(), self.servicer.idle_seconds)
+                item = await asyncio.wait_for(self._read(), seconds)
             except TimeoutError:
                 raise PreconditionFailed(
-                    f"the call named no session within {self.servicer.idle_seconds:g} s (limits.call_idle_seconds)"
+                    f"the call named no session within {seconds:g} s (limits.call_idle_seconds)"
                 ) from None
         else:
             if self.ended is not None:
                 raise self.ended
             self._waiting = True
             try:
-                item = await self._read()
+                item = await (self._read() if closing is None else asyncio.wait_for(self._read(), seconds))
+            except TimeoutError:
+                raise PreconditionFailed(
+                    f"message {closing!r}: the call was not closed within {seconds:g} s of its last chunk "
+                    "(limits.call_idle_seconds)"
+                ) from None
             except asyncio.CancelledError:
                 if self.ended is None:
                     raise
@@ -600,21 +621,19 @@ class MailboxServicer(tgrpc.MailboxServicer):
     async def Deliver(self, request_iterator: AsyncIterable[tpb.Envelope | Undecodable], context: _Context) -> tpb.Ack:
         failure: Exception | None = None
         peer: str | None = None
-        first: tpb.Envelope | None = None
         call: _MessageCall | None = None
         try:
             peer = peer_identity(context)
             call = _MessageCall(self, peer, request_iterator)
-            first = await call.next()
-            if first is None:
+            ack = await self._receive(call, last=True)
+            if ack is None:
                 raise InvalidMessage("empty Deliver stream: at least one envelope is needed")
-            return await self._receive(call, first, last=True)
+            return ack
         except Exception as exc:  # noqa: BLE001 - report, never crash the server
             failure = exc
         finally:
             if call is not None:
                 call.close()
-        first = None  # noqa: F841 - not kept alive by the abort (see _receive)
         assert failure is not None  # the call returned unless it failed
         await self._refuse(context, peer, failure, "Deliver")
 
@@ -666,12 +685,11 @@ class MailboxServicer(tgrpc.MailboxServicer):
         try:
             while True:
                 await window.acquire()
-                first = await call.next()
-                if first is None:
+                ack = await self._receive(call, durable=False)
+                if ack is None:
                     acks.put_nowait(None)
                     return
-                acks.put_nowait(asyncio.ensure_future(await self._receive(call, first, durable=False)))
-                first = None
+                acks.put_nowait(asyncio.ensure_future(ack))
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # noqa: BLE001 - the refusal ends the call after the Acks before it
@@ -679,92 +697,138 @@ class MailboxServicer(tgrpc.MailboxServicer):
             acks.put_nowait(exc)
 
     @overload
-    async def _receive(
-        self, call: _MessageCall, first: tpb.Envelope, last: bool = ..., durable: Literal[True] = ...
-    ) -> tpb.Ack: ...
+    async def _receive(self, call: _MessageCall, last: bool = ..., durable: Literal[True] = ...) -> tpb.Ack | None: ...
 
     @overload
     async def _receive(
-        self, call: _MessageCall, first: tpb.Envelope, last: bool = ..., *, durable: Literal[False]
-    ) -> Coroutine[Any, Any, tpb.Ack]: ...
+        self, call: _MessageCall, last: bool = ..., *, durable: Literal[False]
+    ) -> Coroutine[Any, Any, tpb.Ack] | None: ...
 
     async def _receive(
-        self, call: _MessageCall, first: tpb.Envelope, last: bool = False, durable: bool = True
-    ) -> tpb.Ack | Coroutine[Any, Any, tpb.Ack]:
-        """One message whose first chunk is ``first`` (the rest come from ``call``): checked, charged to the
-        session's budget before a byte is buffered, delivered; the Ack.  ``last``: the call holds nothing
-        else (Deliver), which is checked before the message is delivered.  ``durable`` False: the message
-        is stored and handed to its role, and what is returned is a coroutine giving its Ack once the
-        journal made it durable."""
-        budget = charge = None
+        self, call: _MessageCall, last: bool = False, durable: bool = True
+    ) -> tpb.Ack | Coroutine[Any, Any, tpb.Ack] | None:
+        """The next message of ``call`` (None at the end of the call): checked, charged to the session's
+        budget before a byte is buffered, delivered; the Ack.  ``last``: the call holds nothing else
+        (Deliver), which is checked before the message is delivered.  ``durable`` False: the message is
+        stored and handed to its role, and what is returned is a coroutine giving its Ack once the journal
+        made it durable.
+
+        A copy of a message already held (a retry; or a rewrite, refused) is hashed as it arrives and judged
+        by its digest, not held (``InboundTarget.accept_copy_threadsafe``): a resend costs no memory however
+        large, and needs no charge.  Only where the bytes alone can tell (a resend that may differ in fresh
+        randomness only, ``InboundTarget.copy_needs_bytes``) is it held whole, charged to the party's ledger
+        until it is judged.  Chunks are dropped as soon as they are read (this method owns them: its callers
+        keep no reference), so a call waiting for its next chunk or its end holds none."""
+        env = await call.next()
+        if env is None:
+            return None
+        budget: InboundBudget | None = None
+        charge: int | None = None
+        copy_charge = 0
         stored = False
-        buf: bytearray | None
-        env: tpb.Envelope | None
         peer = call.peer
-        self._check_header(first)
-        target, sender_role = self.host.inbound_target(peer, first.session_id)
-        call.bind(first.session_id)
+        self._check_header(env)
+        sid, tag, type_name, count, total = env.session_id, env.tag, env.type_name, env.chunk_count, env.total_size
+        target, sender_role = self.host.inbound_target(peer, sid)
+        call.bind(sid)
+        buf: bytearray | None = None
+        data: bytes | None = None
+        hasher: Any = None  # hashlib's sha256 object, for a copy
+        limited: ResourceExhausted | None = None  # why a copy that needed its bytes was not held
         try:
-            # charge the session's budget from the declared size, before buffering a byte
             budget = getattr(target, "budget", None)
-            if budget is not None:
-                charge = budget.admit(sender_role, first.tag, first.total_size)
-            buf = bytearray()
-            env = first
-            for expect in range(first.chunk_count):
+            # a target that cannot judge a copy by its digest (a test's) is given its bytes, charged
+            judge: Callable[..., bool | None] | None = getattr(target, "accept_copy_threadsafe", None)
+            needs_bytes: Callable[[str, str, str], bool] | None = getattr(target, "copy_needs_bytes", None)
+            copy = target.holds(sender_role, tag)
+            if not copy and budget is not None:
+                # charge the session's budget from the declared size, before buffering a byte
+                charge = budget.admit(sender_role, tag, total)
+                copy = charge is None  # received meanwhile
+            if not copy:
+                buf = bytearray()
+            else:
+                hasher = hashlib.sha256()
+                if judge is None or needs_bytes is None or needs_bytes(sender_role, tag, type_name):
+                    try:
+                        if budget is not None:
+                            copy_charge = budget.admit_copy(sender_role, tag, total)
+                        buf = bytearray()
+                    except ResourceExhausted as exc:
+                        if judge is None:
+                            raise
+                        limited = exc  # judged by its digest alone; refused if that cannot tell
+            received = 0
+            for expect in range(count):
                 if expect:
                     env = await call.next()
                     if env is None:
                         raise InvalidMessage(
-                            f"message {first.tag!r} incomplete: {expect}/{first.chunk_count} chunks, "
-                            f"{len(buf)}/{first.total_size} bytes"
+                            f"message {tag!r} incomplete: {expect}/{count} chunks, {received}/{total} bytes"
                         )
                     if (env.session_id, env.tag, env.type_name, env.chunk_count, env.total_size) != (
-                        first.session_id,
-                        first.tag,
-                        first.type_name,
-                        first.chunk_count,
-                        first.total_size,
+                        sid,
+                        tag,
+                        type_name,
+                        count,
+                        total,
                     ):
                         raise InvalidMessage(
-                            f"chunk {env.chunk_index} of message {first.tag!r} has a header that differs from chunk 0"
+                            f"chunk {env.chunk_index} of message {tag!r} has a header that differs from chunk 0"
                         )
+                assert env is not None  # the first was read above, every other in this loop
                 if env.chunk_index != expect:
-                    raise InvalidMessage(f"message {first.tag!r}: expected chunk {expect}, got {env.chunk_index}")
-                if len(env.data) > MAX_CHUNK:
+                    raise InvalidMessage(f"message {tag!r}: expected chunk {expect}, got {env.chunk_index}")
+                data = env.data
+                env = None  # the chunk's envelope (and its bytes) goes now, not at the next one
+                if len(data) > MAX_CHUNK:
                     raise InvalidMessage(f"chunk larger than {MAX_CHUNK} bytes")
-                if len(buf) + len(env.data) > first.total_size:
-                    raise InvalidMessage(f"message {first.tag!r} is longer than its total_size {first.total_size}")
-                buf += env.data
-            if len(buf) != first.total_size:
-                raise InvalidMessage(
-                    f"message {first.tag!r} incomplete: {first.chunk_count}/{first.chunk_count} chunks, "
-                    f"{len(buf)}/{first.total_size} bytes"
-                )
-            if last and await call.next() is not None:
-                raise InvalidMessage(f"message {first.tag!r}: more chunks than its chunk_count {first.chunk_count}")
-            if len(buf) <= INLINE_ACCEPT_BYTES and not target.holds(sender_role, first.tag):
+                if received + len(data) > total:
+                    raise InvalidMessage(f"message {tag!r} is longer than its total_size {total}")
+                received += len(data)
+                if hasher is not None:
+                    hasher.update(data)
+                if buf is not None:
+                    buf += data
+                data = None
+            if received != total:
+                raise InvalidMessage(f"message {tag!r} incomplete: {count}/{count} chunks, {received}/{total} bytes")
+            if last and await call.next(closing=tag) is not None:
+                raise InvalidMessage(f"message {tag!r}: more chunks than its chunk_count {count}")
+            if copy and judge is not None:
+                digest = hasher.digest()
+                if buf is None:  # a dictionary look-up: on the server's loop
+                    fresh = judge(sender_role, tag, type_name, digest)
+                else:  # its check may read the earlier message back from the journal: a worker thread's
+                    fresh = await asyncio.to_thread(judge, sender_role, tag, type_name, digest, bytes(buf))
+                if fresh is None:  # only its bytes could tell, and the ledger had no room for them
+                    assert limited is not None
+                    raise limited
+            elif received <= INLINE_ACCEPT_BYTES and not target.holds(sender_role, tag):
                 # a small new message's journal record is one write to the page cache (no fsync: the Ack
                 # waits for the journal's group commit below): on this loop, without a thread's round trip
                 # (a resend's check may read the earlier message back from the journal: a worker thread's)
-                fresh = target.accept_threadsafe(sender_role, first.tag, first.type_name, bytes(buf))
+                assert buf is not None
+                fresh = target.accept_threadsafe(sender_role, tag, type_name, bytes(buf))
             else:
                 # a large one off the server's loop: its write must not hold up other calls (heartbeats of
                 # other sessions time out behind a disk busy with twenty sessions' journals)
-                fresh = await asyncio.to_thread(
-                    target.accept_threadsafe, sender_role, first.tag, first.type_name, bytes(buf)
-                )
-            stored = fresh
-            self._observe(self.host.inbound_delivered, peer, len(buf), not fresh)
-            ack = self._ack(target, len(buf), not fresh)
+                assert buf is not None
+                fresh = await asyncio.to_thread(target.accept_threadsafe, sender_role, tag, type_name, bytes(buf))
+            stored = bool(fresh)
+            self._observe(self.host.inbound_delivered, peer, received, not fresh)
+            ack = self._ack(target, received, not fresh)
             return await ack if durable else ack
         finally:
             # Drop the message's bytes before any refusal is answered: the abort's exception keeps the
             # frames (and so their locals) alive until the cyclic garbage collector runs, which counts
             # objects, not bytes -- a stream of refused 1 MiB messages would otherwise pile up in memory.
-            buf = env = None  # noqa: F841
-            if budget is not None and charge is not None:
-                budget.settle(sender_role, first.tag, charge, stored)
+            buf = env = data = None  # noqa: F841
+            if budget is not None:
+                if charge is not None:
+                    budget.settle(sender_role, tag, charge, stored)
+                if copy_charge:
+                    budget.settle_copy(sender_role, copy_charge)
 
     @staticmethod
     async def _ack(target: InboundTarget, nbytes: int, duplicate: bool) -> tpb.Ack:

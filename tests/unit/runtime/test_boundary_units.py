@@ -501,22 +501,26 @@ def test_a_governed_session_keeps_its_protocols_byte_envelope():
 
 def test_what_the_sessions_hold_is_bounded_per_peer_and_in_all():
     """Bytes a peer sends into the live sessions (memory, then their journals) count across its sessions
-    (limits.inbound_mib_per_peer) and with every peer's (inbound_mib_total); an ended session gives them back."""
-    from smcdp.net.limits import MIB, InboundLedger
+    (limits.inbound_mib_per_peer) and with every peer's (inbound_mib_total); an ended session gives them back.
+    Each message costs the ledgers its bytes and its bookkeeping (message_cost)."""
+    from smcdp.net.limits import MIB, InboundLedger, message_cost
 
+    one = MIB - message_cost("t1", 0)  # a message under a two-character tag that costs the ledgers 1 MiB
     ledger = InboundLedger(Limits(inbound_mib_per_peer=2, inbound_mib_total=3), "me")
     env = TrafficEnvelope(MIB, 8 * MIB, 100)
     a = InboundBudget(env, "a", ledger, {"x": "mallory", "y": "bob"})
     b = InboundBudget(env, "b", ledger, {"x": "mallory", "y": "bob"})
-    a.settle("x", "t1", a.admit("x", "t1", MIB), True)
-    b.settle("x", "t1", b.admit("x", "t1", MIB), True)
+    a.settle("x", "t1", a.admit("x", "t1", one), True)
+    b.settle("x", "t1", b.admit("x", "t1", one), True)
     with pytest.raises(ResourceExhausted, match=re.escape("limits.inbound_mib_per_peer")):
-        b.admit("x", "t2", 1)  # mallory: 2 MiB over both sessions
-    b.settle("y", "t1", b.admit("y", "t1", MIB), True)  # bob is not held back by her ...
-    with pytest.raises(ResourceExhausted, match=re.escape("limits.inbound_mib_total")):
-        a.admit("y", "t2", 1)  # ... until all peers together are at 3 MiB
+        b.admit("x", "t2", 0)  # mallory: 2 MiB over both sessions (an empty message costs too)
     charge = a.admit("y", "t3", 0)
+    assert ledger.held("bob") == message_cost("t3", 0)
     a.settle("y", "t3", charge, False)  # a failed stream gives its charge back
+    assert ledger.held("bob") == 0
+    b.settle("y", "t1", b.admit("y", "t1", one), True)  # bob is not held back by her ...
+    with pytest.raises(ResourceExhausted, match=re.escape("limits.inbound_mib_total")):
+        a.admit("y", "t2", 0)  # ... until all peers together are at 3 MiB
     assert ledger.held("mallory") == 2 * MIB and ledger.held() == 3 * MIB
     a.close()  # session a ended
     assert ledger.held("mallory") == MIB and ledger.held() == 2 * MIB
