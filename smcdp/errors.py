@@ -17,10 +17,19 @@ from collections.abc import Iterator
 
 class SmcdpError(Exception):
     """Base class.  ``code`` is the name of a grpc.StatusCode member; ``origin``, where known, the party
-    where the failure started (set by the subclasses that take it, or by the transport on the way)."""
+    where the failure started (set by the subclasses that take it, or by the transport on the way).
+
+    A failure this party learned from a peer -- its Abort, its answer to a heartbeat, its refusal -- is that
+    peer's word: ``reported_by`` is the peer (authenticated by its certificate) and ``origin`` that peer too,
+    unless it named itself.  A culprit it named other than itself is only its claim, ``reported_culprit``,
+    until this party confirms it (:func:`smcdp.runtime.liveness.weigh_claim`)."""
 
     code = "INTERNAL"
     origin: str | None = None
+    #: the peer whose word this failure is (None: seen or raised here)
+    reported_by: str | None = None
+    #: the party that peer named as where the failure started, if not itself: its claim, not the origin
+    reported_culprit: str | None = None
 
 
 class InvalidMessage(SmcdpError):
@@ -170,12 +179,30 @@ class ResourceExhausted(SmcdpError):
 class SessionAborted(SmcdpError):
     """Another participant ended the session with an error."""
 
-    def __init__(self, message: str, code: str = "ABORTED", origin: str | None = None, link: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        code: str = "ABORTED",
+        origin: str | None = None,
+        link: str | None = None,
+        *,
+        reported_by: str | None = None,
+        reported_culprit: str | None = None,
+    ):
         super().__init__(message)
         self.code = code
         self.origin = origin
         #: "A→B" when the session ended because A's link to B carried nothing (runtime.liveness.LinkLost)
         self.link = link
+        self.reported_by = reported_by
+        self.reported_culprit = reported_culprit if reported_culprit != origin else None
+
+
+def reported(message: str, code: str, peer: str, culprit: str | None = None, link: str | None = None) -> SessionAborted:
+    """A failure peer ``peer`` reported (an Abort, a heartbeat's answer, a refusal): its origin is ``peer``, the
+    party that said so; a ``culprit`` it named other than itself is kept as its claim (``reported_culprit``),
+    never as the origin -- nor as this party's own failure if it names this party."""
+    return SessionAborted(message, code, peer, link, reported_by=peer, reported_culprit=culprit or None)
 
 
 class InsecureParameters(SmcdpError):
@@ -206,6 +233,7 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "public_message",
+    "reported",
     "resource_failure",
 ]
 

@@ -175,23 +175,31 @@ def identity_hint(details: str | None, party: str | None = None) -> str:
     )
 
 
-def error_from_rpc(exc: grpc.RpcError, what: str, party: str | None = None) -> SmcdpError:
+def error_from_rpc(exc: grpc.RpcError, what: str, party: str | None, *, dialed: str | None = None) -> SmcdpError:
     """Translate a failed call into an :mod:`smcdp.errors` exception.
 
     A status that carries ``smcdp-origin`` trailing metadata reports a session
     failure that started at that party: it becomes a
     :class:`~smcdp.errors.SessionAborted` with the original code and origin --
-    and an instance of that code's class too (:func:`remote_failure`).  ``party``: the party dialed, if known
-    (named in the hint a failed certificate check gets: :func:`identity_hint`).
+    and an instance of that code's class too (:func:`remote_failure`).
+
+    ``party``: the peer that answered (authenticated by its certificate); None only for this party's own
+    answer to its operator, whose records name origins this party already weighed.
+    Its ``smcdp-origin`` naming another party is its claim: the failure's origin is ``party``, and the party
+    it named is ``reported_culprit`` (:func:`smcdp.runtime.liveness.weigh_claim` decides what becomes of it).
+    ``dialed``: the party dialed, if other than ``party`` (named in the hint a failed certificate check
+    gets: :func:`identity_hint`).
     """
     code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
     # the peer wrote these: one printable line each before they reach a log or a record
     details = printable(exc.details() if hasattr(exc, "details") else str(exc))
-    details += identity_hint(details, party)
+    details += identity_hint(details, dialed or party)
     name = code.name if code is not None else "UNKNOWN"
     origin = _origin_of(exc)
     if origin is not None:
-        return remote_failure(name, f"{what}: {name}: {details}", origin)
+        if party is None:
+            return remote_failure(name, f"{what}: {name}: {details}", origin)
+        return remote_failure(name, f"{what}: {name}: {details}", party, reported_by=party, reported_culprit=origin)
     if _succeeded_there(exc):
         return errors.AlreadySucceeded(f"{what}: {name}: {details}")
     return error_for_code(name, f"{what}: {name}: {details}")
@@ -200,19 +208,22 @@ def error_from_rpc(exc: grpc.RpcError, what: str, party: str | None = None) -> S
 _REMOTE: dict[type, type] = {}
 
 
-def remote_failure(code: str, message: str, origin: str) -> errors.SessionAborted:
+def remote_failure(
+    code: str, message: str, origin: str, *, reported_by: str | None = None, reported_culprit: str | None = None
+) -> errors.SessionAborted:
     """A session failure that started at party ``origin``: a :class:`~smcdp.errors.SessionAborted` that is
     also an instance of ``code``'s class (``PermissionDenied``, ``Unavailable``, …), so that a caller can
-    catch it either way."""
+    catch it either way.  ``reported_by``/``reported_culprit``: a peer's word (:class:`~smcdp.errors.SmcdpError`)."""
+    claim = {"reported_by": reported_by, "reported_culprit": reported_culprit}
     cls = _CODE_CLASSES.get(code)
     if cls is None:
-        return errors.SessionAborted(message, code, origin)
+        return errors.SessionAborted(message, code, origin, **claim)
     both = _REMOTE.get(cls)
     if both is None:
         both = _REMOTE[cls] = type(
             cls.__name__, (errors.SessionAborted, cls), {"__module__": cls.__module__, "__qualname__": cls.__qualname__}
         )
-    return both(message, code, origin)
+    return both(message, code, origin, **claim)
 
 
 def status_code_of(exc: BaseException) -> grpc.StatusCode:
@@ -361,7 +372,7 @@ async def call_with_retry(
                 # a refusal, or a session that already ended there (whatever its code):
                 # retrying cannot help; the culprit is the origin it names, else the refuser
                 raise with_origin(
-                    error_from_rpc(exc, f"{what} refused by party {party!r} ({address})"), party
+                    error_from_rpc(exc, f"{what} refused by party {party!r} ({address})", party), party
                 ) from None
             last = exc
         left = deadline - time.monotonic()
@@ -386,6 +397,16 @@ def with_origin(exc: SmcdpError, party: str | None) -> SmcdpError:
     """``exc`` naming ``party`` as where it started, unless it names a party already."""
     if getattr(exc, "origin", None) is None:
         exc.origin = party
+    return exc
+
+
+def with_claim(exc: SmcdpError, source: BaseException) -> SmcdpError:
+    """``exc`` (made from ``source``) keeping whose word ``source`` was and whom that word named
+    (:class:`~smcdp.errors.SmcdpError`'s ``reported_by`` and ``reported_culprit``)."""
+    by = getattr(source, "reported_by", None)
+    if by is not None:
+        exc.reported_by = by
+        exc.reported_culprit = getattr(source, "reported_culprit", None)
     return exc
 
 

@@ -468,7 +468,7 @@ def _client_error(exc: grpc.RpcError, cfg: PartyConfig, what: str) -> SmcdpError
             f"{what}: party {cfg.name!r} is not reachable at {_operator_address(cfg)}: {exc.details()}"
             + identity_hint(exc.details(), cfg.name)
         )
-    return error_from_rpc(exc, f"{what} at party {cfg.name!r}")
+    return error_from_rpc(exc, f"{what} at party {cfg.name!r}", None, dialed=cfg.name)  # this party's own answer
 
 
 def check_health(
@@ -480,7 +480,7 @@ def check_health(
         try:
             resp = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
         except grpc.RpcError as exc:
-            raise error_from_rpc(exc, f"health check of {peer or cfg.name!r}", peer or cfg.name) from None
+            raise error_from_rpc(exc, f"health check of {peer or cfg.name!r}", None, dialed=peer or cfg.name) from None
     return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
 
 

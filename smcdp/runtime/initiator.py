@@ -20,7 +20,14 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from smcdp.errors import InvalidMessage, PermissionDenied, SmcdpError
-from smcdp.net.grpc_channel import AlreadyExists, call_with_retry, error_for_code, status_code_of, with_origin
+from smcdp.net.grpc_channel import (
+    AlreadyExists,
+    call_with_retry,
+    error_for_code,
+    status_code_of,
+    with_claim,
+    with_origin,
+)
 from smcdp.net.server import SessionSpec, namespaced, new_session_id, parse_roles
 from smcdp.plugins.registry import get_plugin
 from smcdp.runtime.admission import Admission
@@ -255,11 +262,14 @@ class Initiator:
             if status_code_of(failure).name == "RESOURCE_EXHAUSTED":
                 # no slot or budget there now: the session stays resumable
                 origin = getattr(failure, "origin", None)
-                failure = with_origin(
-                    error_for_code(
-                        "UNAVAILABLE", f"{failure} (RESOURCE_EXHAUSTED; the session stays resumable)", origin
+                failure = with_claim(
+                    with_origin(
+                        error_for_code(
+                            "UNAVAILABLE", f"{failure} (RESOURCE_EXHAUSTED; the session stays resumable)", origin
+                        ),
+                        origin,
                     ),
-                    origin,
+                    failure,
                 )
             s.fail_threadsafe(failure)
             s.begin_threadsafe()
@@ -302,8 +312,10 @@ def _reserves_budget(s: Session) -> bool:
 
 def failure_of(call: str, failures: Sequence[tuple[str, BaseException]]) -> SmcdpError:
     """The failure of a call to several participants, with the first one's code and origin: the party that
-    refused or could not be reached (or the party its error names), not the caller."""
+    refused or could not be reached (or the party its error names), not the caller.  A party the refusal
+    only claims is where it started stays its claim (``reported_culprit``, :func:`~smcdp.net.grpc_channel.with_claim`)."""
     party, first = failures[0]
     origin = getattr(first, "origin", None) or party
     text = "; ".join(f"{p}: {e}" for p, e in failures)
-    return with_origin(error_for_code(status_code_of(first).name, f"{call} failed: {text}", origin), origin)
+    failure = with_origin(error_for_code(status_code_of(first).name, f"{call} failed: {text}", origin), origin)
+    return with_claim(failure, first)

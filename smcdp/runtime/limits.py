@@ -309,24 +309,43 @@ def check_resume(
         )
 
 
+#: how the restart bucket of a culprit a peer named, unconfirmed, reads: ``"bob (reported by alice)"``
+_REPORTED = " (reported by "
+
+
 def restart_culprit(meta: Mapping[str, Any], me: str) -> str:
     """Whose failure a restart of this checkpointed session answers -- the key of its ``restarts_by`` count:
     the origin of the failure it is resumed from, or this party itself when it is restored after its own
     process ended.  A failed link ("A→B", runtime.liveness.LinkLost) is charged to the link, never to either
     of its ends: its origin A is only where the failure was seen, and a hostile B that probes A but answers
-    none of A's heartbeats would otherwise use up the restarts A's own crashes need."""
+    none of A's heartbeats would otherwise use up the restarts A's own crashes need (a link whose sending end
+    is not the origin is nobody's observation here: the origin is charged).
+
+    A culprit a peer named that this party did not confirm (the record's ``reported_culprit``, its origin the
+    reporting peer: runtime.liveness.weigh_claim) is charged to neither: to the claim, ``"C (reported by P)"``.
+    Not to C, whom P's word alone must not make pay (P aborting "C failed" again and again used up C's
+    restarts); nor to P, who may only pass on what it was told (C telling P "P failed" and denying it to this
+    party would use up P's)."""
     error = meta.get("error")
     if meta.get("state") == SessionState.FAILED and isinstance(error, Mapping):
+        origin = error.get("origin")
         link = error.get("link")
-        if isinstance(link, str) and parse_link(link) is not None:
-            return link
-        if isinstance(error.get("origin"), str):
-            return str(error["origin"])
+        ends = parse_link(link) if isinstance(link, str) else None
+        if ends is not None and ends[0] == origin:
+            return str(link)
+        claimed, by = error.get("reported_culprit"), error.get("reported_by") or origin
+        if isinstance(claimed, str) and claimed and claimed != origin and isinstance(by, str):
+            return f"{claimed}{_REPORTED}{by})"
+        if isinstance(origin, str):
+            return origin
     return me
 
 
 def _whose(culprit: str) -> str:
-    """A restart bucket as the refusal names it: a party, or a link."""
+    """A restart bucket as the refusal names it: a party, a link, or a culprit a peer named."""
+    if culprit.endswith(")") and _REPORTED in culprit:
+        claimed, by = culprit[:-1].split(_REPORTED, 1)
+        return f"{claimed!r} as reported by {by!r} (not confirmed here)"
     return f"the link {culprit!r}" if "→" in culprit else repr(culprit)
 
 

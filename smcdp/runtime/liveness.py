@@ -16,6 +16,13 @@ the origin: the one that cannot reach the other), not with a dead peer.  One tha
 (not a ring neighbour, or its link back is cut too) is asked about: once it has been silent for half the
 grace, this party's heartbeats to its ring neighbours ask how long ago they last heard from it
 (``HeartbeatRequest.about``); if one of them did within half the grace, it is alive and the link is named.
+
+What a peer says of a failure -- an Abort, a heartbeat's answer, a refusal -- is that peer's word.  The culprit
+it names becomes a record's origin only once this party confirms it (:func:`weigh_claim`): by its own
+observation (the party does not answer here and has been silent for half the grace; for this party itself,
+its own watcher saw it stopped) or by the named party's own answer (it says the session failed there by its
+own fault, or that it no longer knows the session).  Otherwise the record names the reporting peer and keeps
+the claim beside it (``reported_culprit``).
 """
 
 from __future__ import annotations
@@ -24,12 +31,12 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 import grpc
 
-from smcdp.errors import PreconditionFailed, SessionAborted, SmcdpError, Unavailable
+from smcdp.errors import PreconditionFailed, SmcdpError, Unavailable, reported
 from smcdp.net.server import MAX_ABOUT, parse_link
 from smcdp.states import SessionState
 
@@ -135,12 +142,27 @@ class Watcher:
         #: party -> (monotonic time another participant last heard from it, that participant): a third
         #: party's word that a participant this party cannot hear from is alive (:meth:`_asks`)
         self.vouched: dict[str, tuple[float, str]] = {}
+        #: a gap this long between two of the watcher's rounds: this party did not run
+        self.pause = max(3 * self.interval, self.grace / 2)
+        #: (monotonic time, the session thread's CPU time) at the start of the watcher's latest round, and when
+        #: the watcher stopped
+        self._tick: tuple[float, float] | None = None
+        self._stopped: tuple[float, float] | None = None
+        #: the latest gap in the rounds: (monotonic time it ended, how long of it the session's thread did not run)
+        self._stall: tuple[float, float] | None = None
 
     async def watch(self, ch: Probed) -> None:
+        try:
+            await self._watch(ch)
+        finally:
+            self._stopped = (time.monotonic(), time.thread_time())
+
+    async def _watch(self, ch: Probed) -> None:
         ring = sorted({*self.peers, self.me})
         finished: set[str] = set()
         start = last_tick = time.monotonic()
-        paused = max(3 * self.interval, self.grace / 2)  # a gap this long in the watcher: this party did not run
+        self._tick = (start, time.thread_time())
+        paused = self.pause  # a gap this long in the watcher: this party did not run
         first = True
         probed_at = start
         while True:
@@ -151,7 +173,9 @@ class Watcher:
             probed_at = now = time.monotonic()
             if now - last_tick > paused:
                 self._forgive(now)
+                self._note_stall(now)
             last_tick = now
+            self._tick = (now, time.thread_time())
             neighbours = ring_neighbours(ring, self.me, finished)
             for p in (
                 neighbours
@@ -167,6 +191,7 @@ class Watcher:
                 # ran (its peers had no way to answer it), so the pause is forgiven here too -- a party
                 # stalled for 25 s blamed both peers for its own silence the moment it resumed
                 self._forgive(time.monotonic())
+                self._note_stall(time.monotonic())
             self._vouches(probes, replies, asks)
             if not self._heard(probes, replies, finished) or not self._silence(ch, todo, neighbours):
                 return
@@ -218,17 +243,56 @@ class Watcher:
                 if 0 <= ago < math.inf and now - ago > self.vouched.get(about, (-math.inf, ""))[0]:
                     self.vouched[about] = (now - ago, party)
 
+    def last_sign(self, party: str, last_heard: Mapping[str, float]) -> float:
+        """Monotonic time of the latest sign of life of participant ``party`` here -- its answer to a heartbeat,
+        its heartbeat, a message (``last_heard``: role -> time) -- or -inf."""
+        if party not in self.peers:
+            return -math.inf
+        return max(
+            self.answered_at.get(party, -math.inf),
+            self.probed_at.get(party, -math.inf),
+            last_heard.get(self.peers[party], -math.inf),
+        )
+
+    def silent_for(self, party: str, last_heard: Mapping[str, float]) -> float:
+        """Seconds since this party last heard from ``party`` itself, or a third participant vouched for it
+        (:meth:`_vouches`); inf if never."""
+        last = max(self.last_sign(party, last_heard), self.vouched.get(party, (-math.inf, ""))[0])
+        return time.monotonic() - last
+
+    def _note_stall(self, now: float) -> None:
+        """The watcher's rounds stopped from the start of the latest one until ``now`` (:meth:`stalled`)."""
+        if self._tick is not None:
+            start, cpu = self._tick
+            self._stall = (now, (now - start) - (time.thread_time() - cpu))
+
+    def stalled(self) -> float:
+        """How long this party itself did not run, as its own watcher saw it, or 0: a gap between its rounds,
+        ended less than a grace ago or going on now, in which the session's thread went unscheduled -- wall time
+        less the thread's CPU time -- for over :attr:`pause` (SIGSTOP, a frozen host or container, a starved
+        one).  A role computing on the session's loop delays the rounds too, but its thread runs meanwhile (and
+        the party's server answers its heartbeats): that is no stall.  The one evidence on which this party
+        takes itself for a failure's culprit when a peer says so (:func:`weigh_claim`)."""
+        now, cpu = time.monotonic(), time.thread_time()
+        found = 0.0
+        if self._stall is not None:
+            ended, idle = self._stall
+            if now - ended <= self.grace and idle > self.pause:
+                found = idle
+        if self._tick is not None:  # the gap since the latest round (the watcher stopped, or has not run since)
+            end, end_cpu = self._stopped if self._stopped is not None else (now, cpu)
+            idle = (end - self._tick[0]) - (end_cpu - self._tick[1])
+            if idle > self.pause:
+                found = max(found, idle)
+        return found
+
     def heard_ago(self, party: str, last_heard: Mapping[str, float], asker: str) -> float:
         """For another participant's question (``HeartbeatRequest.about``): seconds since this party last heard
         from participant ``party`` in this session -- its answer to a heartbeat, its heartbeat, a message --
         or -1 (not a participant, the asker itself, or never heard from)."""
         if party not in self.peers or party == asker:
             return -1.0
-        last = max(
-            self.answered_at.get(party, -math.inf),
-            self.probed_at.get(party, -math.inf),
-            last_heard.get(self.peers[party], -math.inf),
-        )
+        last = self.last_sign(party, last_heard)
         # in whole seconds, rounded up: enough to tell a live participant from a silent one, not a clock of
         # when its messages reach this party
         return -1.0 if last == -math.inf else float(math.ceil(max(0.0, time.monotonic() - last)))
@@ -278,15 +342,17 @@ class Watcher:
             if state == SessionState.SUCCEEDED:
                 finished.add(party)
             elif state == SessionState.FAILED:
-                # its abort did not reach us (or crossed ours): adopt its outcome, culprit and failed link
+                # its abort did not reach us (or crossed ours): its outcome -- and its word for the culprit and
+                # the failed link, which the session weighs before a record names anyone (weigh_claim)
                 culprit, link = self._adopted(party, reply.culprit, getattr(reply, "link", ""))
                 self._lose(
-                    SessionAborted(
+                    reported(
                         f"session {self.session_id} failed at {party} (culprit {culprit}"
                         + (f"; the link {link} carried nothing for over {self.grace:g} s)" if link else ")"),
                         reply.code or "ABORTED",
+                        party,
                         culprit,
-                        link=link,
+                        link,
                     ),
                     None,
                 )
@@ -392,3 +458,90 @@ class Watcher:
             )
             return False
         return True
+
+
+async def weigh_claim(
+    error: Mapping[str, Any],
+    *,
+    me: str,
+    participants: Collection[str],
+    watcher: Watcher,
+    last_heard: Mapping[str, float],
+    probe: Callable[[str], Awaitable[Any]],
+    timeout: float,
+    settle: float = 0.0,
+) -> dict[str, Any]:
+    """A failure's record (``error``, :func:`smcdp.runtime.session.error_dict`) as this party can vouch for it.
+
+    A peer that reported the failure (``reported_by``, the record's origin) and named another party as its
+    culprit (``reported_culprit``) is believed only where this party confirms it -- then that party is the
+    origin, and ``corroborated`` says how:
+
+    * this party itself: only if its own watcher saw it stopped (:meth:`Watcher.stalled`) -- never on a
+      peer's word alone;
+    * another participant: if it says so itself when asked (a heartbeat, ``probe``, each within ``timeout``:
+      the session failed there naming it, or it no longer knows the session -- asked again for up to ``settle``
+      seconds while it says the session still runs there: it may be telling the others before its record is
+      written), or if it does not answer and nothing has been heard from it here for half the grace (nor any
+      third party vouched for it).
+
+    Otherwise the origin stays the reporting peer, and the claim stays beside it.  A claim naming a party
+    outside the session is dropped.  A link ("A→B") is the record's ``link`` only if A is its origin (only the
+    party at a link's sending end sees it carry nothing); else it is kept as ``reported_link``."""
+    error = dict(error)
+    claimed = error.get("reported_culprit")
+    if claimed is not None and (claimed not in participants or claimed == error.get("origin")):
+        if claimed not in participants:
+            log.warning(
+                "a failure reported by %s names %r, who holds no role in the session: ignored",
+                error.get("reported_by"),
+                claimed,
+            )
+        del error["reported_culprit"]
+        error.pop("reported_by", None)
+        claimed = None
+    if claimed:
+        how = await _confirms(claimed, me, watcher, last_heard, probe, timeout, settle)
+        if how:
+            error["origin"] = claimed
+            error["corroborated"] = how
+    link = error.get("link")
+    if link:
+        ends = parse_link(link)
+        if ends is None or ends[0] != error.get("origin"):
+            error["reported_link"] = error.pop("link")
+    return error
+
+
+async def _confirms(
+    party: str,
+    me: str,
+    watcher: Watcher,
+    last_heard: Mapping[str, float],
+    probe: Callable[[str], Awaitable[Any]],
+    timeout: float,
+    settle: float,
+) -> str | None:
+    """How this party confirms that the failure started at ``party`` (:func:`weigh_claim`), or None."""
+    if party == me:
+        stalled = watcher.stalled()
+        return f"{me!r} did not run for {stalled:.0f} s (its own watcher)" if stalled else None
+    until, answered = time.monotonic() + settle, False
+    while True:
+        try:
+            reply = await asyncio.wait_for(probe(party), timeout)
+        except Exception:  # noqa: BLE001 - unreachable, refused, late: no answer
+            silent = watcher.silent_for(party, last_heard)
+            if not answered and silent > watcher.grace / 2:
+                since = "never heard from here" if silent == math.inf else f"last heard from here {silent:.0f} s ago"
+                return f"{party!r} does not answer {me!r}, {since}"
+            return None
+        answered = True
+        state = str(getattr(reply, "state", ""))
+        if state == SessionState.UNKNOWN:
+            return f"{party!r} no longer knows the session"
+        if state == SessionState.FAILED:
+            return f"{party!r} names itself" if getattr(reply, "culprit", "") == party else None
+        if state not in (SessionState.RUNNING, SessionState.PREPARED) or time.monotonic() >= until:
+            return None  # succeeded there, or still running after ``settle``: it does not say so
+        await asyncio.sleep(min(0.5, max(0.0, until - time.monotonic())))

@@ -19,6 +19,7 @@ from smcdp.errors import (
     PreconditionFailed,
     SessionAborted,
     SmcdpError,
+    reported,
 )
 from smcdp.net.server import PeerHost, PendingApproval, SessionSpec, validate_session_id
 from smcdp.runtime.admission import Admission
@@ -141,10 +142,10 @@ class PeerDesk(PeerHost):
                 "names) to another participant of the session"
             )
         await loop.run_in_executor(None, core.governor.aborted, peer, session_id, code, message)
+        # the aborting peer's word: its origin is that peer (its certificate says who it is); a culprit it names
+        # is its claim, which this party's session weighs before any record names it (liveness.weigh_claim)
         s.fail_threadsafe(
-            SessionAborted(
-                f"session {session_id} aborted by {peer} (role {role}): {message}", code, culprit or peer, link=link
-            )
+            reported(f"session {session_id} aborted by {peer} (role {role}): {message}", code, peer, culprit, link)
         )
 
     async def resume(self, peer: str, session_id: str) -> str:

@@ -59,7 +59,7 @@ from smcdp.runtime.config import PartyConfig
 from smcdp.runtime.durability.checkpoint import Checkpoint
 from smcdp.runtime.ending import Ending, finished_roles
 from smcdp.runtime.limits import charge_journal, session_budget
-from smcdp.runtime.liveness import PeerLost, Watcher
+from smcdp.runtime.liveness import PeerLost, Watcher, weigh_claim
 from smcdp.runtime.logs import private_dir
 from smcdp.runtime.records import SessionRecord, SessionRecords
 from smcdp.runtime.states import Lifecycle, Phase
@@ -99,7 +99,9 @@ def _utc_now() -> str:
 
 def error_dict(exc: BaseException, me: str) -> dict:
     """A failure as a record's ``error``: code, one-line message, origin (the party where it started;
-    ``me`` unless the error names another)."""
+    ``me`` unless the error names another).  A failure a peer reported naming another party also says so:
+    ``reported_by`` (that peer, also the origin) and ``reported_culprit`` -- its claim, until the session
+    confirms it (:func:`smcdp.runtime.liveness.weigh_claim`, which adds ``corroborated``)."""
     code = status_code_of(exc).name
     origin = getattr(exc, "origin", None) or me
     msg = str(exc) or type(exc).__name__
@@ -110,6 +112,10 @@ def error_dict(exc: BaseException, me: str) -> dict:
     link = getattr(exc, "link", None)
     if link:  # the session ended because this link carried nothing (runtime.liveness.LinkLost)
         error["link"] = printable(link, 130)
+    by, claimed = getattr(exc, "reported_by", None), getattr(exc, "reported_culprit", None)
+    if by and claimed and claimed != origin:  # a peer's word naming another party (a peer naming itself: origin)
+        error["reported_by"] = printable(by, 63)
+        error["reported_culprit"] = printable(claimed, 63)
     return error
 
 
@@ -406,7 +412,7 @@ class Session:
         exc = resource_failure(exc, self.party.name, f"session {self.spec.session_id}") or exc
         if isinstance(exc, NoSpace):
             self.checkpoint.release_reserve()  # room to record how it failed
-        error = error_dict(exc, self.party.name)
+        error = await self._weigh(ch, error_dict(exc, self.party.name))
         culprit, missing = error["origin"], self.ending.unconfirmed(ch)
         if missing:  # its role ended here: say whose output is not known to have arrived
             error["message"] += f" (the role ended here, but not confirmed to hold their outputs: {', '.join(missing)})"
@@ -418,8 +424,11 @@ class Session:
             )
         # peers learn the rule that failed, never this party's data (InputRejected)
         told = printable(public_message(exc)) if error["code"] != "INTERNAL" else "internal error"
+        # seen here: never a failure only a peer said happened, whomever it named (liveness.weigh_claim)
         detected_here = (
-            isinstance(exc, PeerLost) or not isinstance(exc, SessionAborted) or error["origin"] == self.party.name
+            isinstance(exc, PeerLost)
+            or not isinstance(exc, SessionAborted)
+            or (error["origin"] == self.party.name and getattr(exc, "reported_by", None) is None)
         )
         if detected_here:
             outcome = await ch.send_abort(
@@ -439,6 +448,32 @@ class Session:
         else:
             log.warning("session %s aborted (culprit %s): %s", self.spec.session_id, error["origin"], error["message"])
         return error, told
+
+    async def _weigh(self, ch: GrpcChannel, error: dict) -> dict:
+        """``error`` as this party can vouch for it: a culprit a peer named is the origin only where this party
+        confirms it (:func:`~smcdp.runtime.liveness.weigh_claim`; one heartbeat to the party it names)."""
+        cfg = self.party.config
+        timeout = min(5.0, cfg.timeouts.connect_seconds, max(1.0, 2 * self.watcher.interval))
+
+        def probe(party: str) -> Any:
+            return ch.heartbeat(party, self.party.incarnation, timeout)
+
+        try:
+            return await weigh_claim(
+                error,
+                me=self.party.name,
+                participants=set(self.spec.roles.values()),
+                watcher=self.watcher,
+                last_heard=ch.last_heard,
+                probe=probe,
+                timeout=timeout + 1.0,
+                # a named party that failed itself tells the others (its Aborts: up to this long) before its
+                # record -- what its heartbeats answer -- says so
+                settle=min(5.0, cfg.timeouts.connect_seconds) + 1.0,
+            )
+        except Exception:  # noqa: BLE001 - never lose the failure itself: the reporter stays its origin
+            log.exception("session %s: weighing the culprit a peer named failed", self.spec.session_id)
+            return error
 
     def _finish(self, ch: GrpcChannel, result: Any, error: dict | None) -> None:
         """The record (written, or kept in memory), the checkpoint (kept if resumable), then ``done``."""

@@ -130,6 +130,9 @@ def error_text(err: Any) -> str:
         parts = [err.get("code"), err.get("message")]
         origin = err.get("origin")
         txt = ": ".join(str(p) for p in parts if p)
+        claimed = err.get("reported_culprit")
+        if origin and claimed and claimed != origin:  # a peer's word this party did not confirm
+            return f"{txt} (origin {origin}, who reports {claimed} as the culprit: not confirmed here)"
         return f"{txt} (origin {origin})" if origin else txt
     return str(err)
 

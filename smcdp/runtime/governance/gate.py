@@ -460,6 +460,12 @@ class Governor:
                 code=err.get("code"),
                 origin=err.get("origin"),
                 message=err.get("message"),
+                # a failure a peer reported: whose word it was, and a culprit it named that this party did not
+                # confirm (runtime.liveness.weigh_claim); absent otherwise
+                reported_by=err.get("reported_by"),
+                reported_culprit=err.get("reported_culprit")
+                if err.get("reported_culprit") != err.get("origin")
+                else None,
             )
         except SmcdpError as exc:  # e.g. a session ending while the party shuts down (audit closed)
             log.error("session %s: could not settle or audit its end: %s", session_id, exc)

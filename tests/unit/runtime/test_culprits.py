@@ -93,7 +93,9 @@ def test_a_refused_call_names_the_refuser_and_an_unreachable_party_is_named():
 
         with pytest.raises(SessionAborted) as e3:
             await call_with_retry("message 'x'", "bob", "b:1", time.monotonic() + 5, ended, 1.0)
-        assert e3.value.origin == "carol"
+        # the refuser's word: bob is the origin, carol -- whom its smcdp-origin names -- its claim, until the
+        # session confirms it (liveness.weigh_claim; tests/unit/runtime/test_reported_culprits.py)
+        assert (e3.value.origin, e3.value.reported_by, e3.value.reported_culprit) == ("bob", "bob", "carol")
 
     asyncio.run(main())
 

@@ -289,7 +289,7 @@ def test_a_refusal_succeeded_here_crosses_the_wire_as_such():
         try:
             await server_fail(ctx, exc, "Deliver")
         except grpc.aio.AioRpcError as rpc:
-            return error_from_rpc(rpc, "message 'x' to role b")
+            return error_from_rpc(rpc, "message 'x' to role b", "bob")
         raise AssertionError("not refused")
 
     done = AlreadySucceeded("session s already succeeded at bob")

@@ -110,7 +110,11 @@ def _adopted(culprit: str, link: str) -> BaseException:
 
 def test_a_failure_adopted_from_a_heartbeat_answer_keeps_only_a_culprit_and_link_inside_the_session(caplog):
     exc = _adopted("trent", "trent→bob")
-    assert (exc.origin, exc.link) == ("trent", "trent→bob")
+    # bob's word that trent -- this party -- failed: bob is the origin and trent its claim, which the session
+    # weighs (liveness.weigh_claim: trent takes the blame only on its own watcher's evidence)
+    assert (exc.origin, exc.reported_by, exc.reported_culprit, exc.link) == ("bob", "bob", "trent", "trent→bob")
+    exc = _adopted("bob", "bob→trent")  # bob names itself: its own failure, and its own link
+    assert (exc.origin, exc.reported_culprit, exc.link) == ("bob", None, "bob→trent")
     forged = _adopted("mallory\nINFO forged", "alice\n→bob\n")
     assert (forged.origin, forged.link) == ("bob", None)  # the answering party, and no link
     assert "forged" not in str(forged)
