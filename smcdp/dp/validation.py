@@ -35,6 +35,7 @@ from numpy.typing import ArrayLike
 from smcdp.errors import InvalidMessage, PreconditionFailed
 
 __all__ = [
+    "MAX_KEY",
     "MAX_NAME",
     "MAX_NOTE",
     "InvalidParameter",
@@ -62,8 +63,11 @@ __all__ = [
     "unfit",
 ]
 
-#: longest dataset name or reservation key a budget accepts
+#: longest dataset name a budget accepts
 MAX_NAME = 200
+#: longest reservation key a budget accepts: a party's keys are session ids (up to 192 characters) and their
+#: resumes' ``<id>/resume-<n>`` -- at 200 a session of a long id could not be resumed where a budget is kept
+MAX_KEY = 256
 #: longest note or reason a budget stores
 MAX_NOTE = 2000
 
@@ -221,12 +225,14 @@ def decimal_amount(name: str, value: Any, *, allow_zero: bool, upper_one: bool =
 
 
 def check_name(value: Any, what: str = "dataset name") -> str:
-    """1-200 printable characters without leading or trailing spaces."""
+    """1-200 printable characters without leading or trailing spaces (a reservation key: up to
+    :data:`MAX_KEY`)."""
+    most = MAX_KEY if what == "reservation key" else MAX_NAME
     if not isinstance(value, str):
         raise InvalidParameter(f"{what} must be a string, got {type(value).__name__}")
-    if not value or len(value) > MAX_NAME or not value.isprintable() or value != value.strip():
+    if not value or len(value) > most or not value.isprintable() or value != value.strip():
         raise InvalidParameter(
-            f"{what} must be 1-{MAX_NAME} printable characters without leading/trailing spaces, got {value!r}"
+            f"{what} must be 1-{most} printable characters without leading/trailing spaces, got {value!r}"
         )
     return value
 

@@ -156,7 +156,7 @@ def test_validation(make):
     for bad in (1, -1e-6, "nan"):
         with pytest.raises(InvalidMessage):
             b.spend(0.1, bad)
-    for key in ("", " k", "a\nb", "k" * 201, 7):
+    for key in ("", " k", "a\nb", "k" * 257, 7):  # keys up to 256: a 192-character session id's resume keys
         with pytest.raises(InvalidMessage):
             b.reserve(key, 0.1)
     with pytest.raises(InvalidMessage):
@@ -164,6 +164,14 @@ def test_validation(make):
     with pytest.raises(BudgetExceeded, match="non-private"):
         b.spend(float("inf"))
     assert b.history() == []
+
+
+def test_the_longest_session_ids_resume_key_is_a_valid_reservation_key(make):
+    """A session id may have 192 characters, and a resume reserves under ``<id>/resume-<n>``: at a 200-character
+    limit such a session could not be resumed where a budget is kept (a review)."""
+    b = make(1.0, 1e-5)
+    key = "s" * 192 + "/resume-999"
+    assert b.reserve(key, 0.01).key == key
 
 
 def test_zcdp_rule_with_reservations(make):
