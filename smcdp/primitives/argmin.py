@@ -393,6 +393,8 @@ async def argmin_party(
             tag_prefix=f"{tag}/cmp",
             allow_insecure=allow_insecure_keys,
             min_key_bits=params.dgk_bits,
+            max_key_bits=params.dgk_bits,
+            max_t=params.dgk_t,
             rng=protocol_rng(seed, "secure-min", ch.role, "cmp"),
         )
     return PartyArgminResult(position=pos, source=src, xi_key=xi_key, zeta_pk=zeta_pk, stats=ch.stats.as_dict())
@@ -595,6 +597,8 @@ async def check_selection_helper(
         tag_prefix=f"{tag}/{checkee}",
         allow_insecure=allow_insecure_keys,
         min_key_bits=params.dgk_bits,
+        max_key_bits=params.dgk_bits,
+        max_t=params.dgk_t,
     )
 
 

@@ -58,6 +58,7 @@ import gmpy2
 from gmpy2 import mpz
 
 from smcdp.crypto.dgk import (
+    DEFAULT_MAX_ELL,
     DEFAULT_MODULUS_BITS,
     DEFAULT_T_BITS,
     MIN_MODULUS_BITS,
@@ -118,6 +119,18 @@ def _unsigned_inputs(values: Sequence[int], ell: int, name: str) -> list[int]:
             raise InvalidMessage(f"{name}[{i}] = {v} is outside [-2^{ell - 1}, 2^{ell - 1})")
         out.append(v + hi)
     return out
+
+
+#: the largest DGK modulus A accepts unless told otherwise (``compare_holder_a``'s ``max_key_bits``)
+DEFAULT_MAX_KEY_BITS = 4096
+#: the largest t A accepts unless told otherwise (the largest any session may agree: speaker's dgk_t ≤ 1024)
+DEFAULT_MAX_T = 1024
+
+
+def max_plaintext_modulus(ell: int) -> int:
+    """The largest u A accepts for comparisons of ``ell`` bits: twice what a key made for them has (the smallest
+    prime above max(ell, DEFAULT_MAX_ELL) + 2), plus slack."""
+    return 2 * (max(ell, DEFAULT_MAX_ELL) + 2) + 64
 
 
 #: the picklable form of a DGK public key (n, g, h, u, t) and key pair (p, q, vp, vq, g, h, u, t)
@@ -345,11 +358,18 @@ async def compare_holder_a(
     tag_prefix: str = "cmp",
     allow_insecure: bool = False,
     min_key_bits: int = MIN_MODULUS_BITS,
+    max_key_bits: int | None = None,
+    max_t: int | None = None,
     executor: Executor | None = None,
     chunk: int = DEFAULT_CHUNK,
     rng: random.Random | None = None,
 ) -> list[int] | None:
     """Role A (holds x's; receives B's DGK public key and never decrypts).
+
+    The key's size is B's choice only within bounds A sets (``max_key_bits``, default the larger of
+    ``min_key_bits`` and :data:`DEFAULT_MAX_KEY_BITS`; ``max_t``, default :data:`DEFAULT_MAX_T`; u at most
+    :func:`max_plaintext_modulus` of ``ell``): A builds tables sized by n, t and u, and a 16,384-bit key with the
+    largest t took about 1.4 GB of A's memory (a review).  A protocol passes the sizes its session agreed on.
 
     ``rng`` draws A's output shares (a role's stream from :mod:`smcdp.primitives.rng`;
     default the OS CSPRNG); the blinding inside the ciphertexts is never part of
@@ -378,6 +398,13 @@ async def compare_holder_a(
     pub = DGKPublicKey.from_proto(pkmsg, allow_insecure=allow_insecure, min_modulus_bits=min_key_bits)
     if pub.u <= ell + 2:
         raise InvalidMessage(f"{peer_role}'s DGK key has u = {pub.u}; comparisons of {ell} bits need u > {ell + 2}")
+    most_bits = max(min_key_bits, DEFAULT_MAX_KEY_BITS) if max_key_bits is None else max_key_bits
+    most_t = DEFAULT_MAX_T if max_t is None else max_t
+    if pub.n.bit_length() > most_bits or pub.t > most_t or pub.u > max_plaintext_modulus(ell):
+        raise InvalidMessage(
+            f"{peer_role}'s DGK key ({pub.n.bit_length()}-bit n, t = {pub.t}, u = {pub.u}) is larger than this "
+            f"comparison allows ({most_bits} bits, t ≤ {most_t}, u ≤ {max_plaintext_modulus(ell)})"
+        )
     spec = _pub_spec(pub)
     if spec not in _PUB_CACHE:
         _cache_put(_PUB_CACHE, spec, pub)

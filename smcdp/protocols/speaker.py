@@ -907,6 +907,8 @@ async def verify_alice(
         output="a" if params.output == ALICE else "b",
         tag_prefix=f"{tag}/cmp",
         allow_insecure=allow_insecure_keys,
+        max_key_bits=params.dgk_bits,
+        max_t=params.dgk_t,
         rng=protocol_rng(seed, params.protocol_name, ch.role, "cmp"),
     )
     online["compare"] = time.perf_counter() - t0
@@ -1138,6 +1140,8 @@ async def _alice_step5_tournament(
                 output="b",
                 tag_prefix=f"{tag}/cmp/{level}",
                 allow_insecure=allow_insecure_keys,
+                max_key_bits=params.dgk_bits,
+                max_t=params.dgk_t,
                 executor=threads.executor,
             )
             picks = await _recv_vector(ch, bob, f"{tag}/pick/{level}", zeta_pk, m)
