@@ -483,7 +483,8 @@ async def weigh_claim(
       the session failed there naming it, or it no longer knows the session -- asked again for up to ``settle``
       seconds while it says the session still runs there: it may be telling the others before its record is
       written), or if it does not answer and nothing has been heard from it here for half the grace (nor any
-      third party vouched for it).
+      third party vouched for it) -- a party that does not answer but was heard from lately is asked again
+      until it answers or that much silence has passed.
 
     Otherwise the origin stays the reporting peer, and the claim stays beside it.  A claim naming a party
     outside the session is dropped.  A link ("A→B") is the record's ``link`` only if A is its origin (only the
@@ -526,16 +527,27 @@ async def _confirms(
     if party == me:
         stalled = watcher.stalled()
         return f"{me!r} did not run for {stalled:.0f} s (its own watcher)" if stalled else None
-    until, answered = time.monotonic() + settle, False
+    start = time.monotonic()
+    until, answered = start + settle, False
+    patience = start + watcher.grace / 2 + timeout  # a silent party's wait (below) ends here at the latest
     while True:
         try:
             reply = await asyncio.wait_for(probe(party), timeout)
         except Exception:  # noqa: BLE001 - unreachable, refused, late: no answer
             silent = watcher.silent_for(party, last_heard)
-            if not answered and silent > watcher.grace / 2:
+            if answered:
+                return None  # it said the session runs there, then fell silent: not its own word
+            if silent > watcher.grace / 2:
                 since = "never heard from here" if silent == math.inf else f"last heard from here {silent:.0f} s ago"
                 return f"{party!r} does not answer {me!r}, {since}"
-            return None
+            # heard from lately: asked again until it answers (a restarted party says it no longer knows the
+            # session) or has been silent for half the grace -- deciding at the first failed probe made the record
+            # depend on how fast the named party came back (CI of 807806b: a restarting trent, a loaded host).
+            # A party still heard from (its messages arrive, its heartbeats' answers do not) is not confirmed.
+            if time.monotonic() >= patience:
+                return None
+            await asyncio.sleep(max(0.1, min(0.5, watcher.grace / 2 - silent)))
+            continue
         answered = True
         state = str(getattr(reply, "state", ""))
         if state == SessionState.UNKNOWN:

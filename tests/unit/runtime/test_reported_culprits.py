@@ -208,10 +208,36 @@ def test_a_named_party_still_telling_the_others_is_asked_again():
     assert 1.0 <= time.monotonic() - t0 < 5.0 and len(ch.asked) > 2
 
 
+class _HeardFrom(dict):
+    """last_heard of a party whose messages keep arriving (its heartbeats' answers do not)."""
+
+    def get(self, key, default=None):
+        return time.monotonic()
+
+    def __getitem__(self, key):
+        return time.monotonic()
+
+
 def test_a_party_heard_from_just_now_is_not_confirmed_by_one_unanswered_heartbeat():
-    ch = _Channel({"bob": _Unreachable()}, last_heard={"b": time.monotonic()})  # bob's message just arrived
+    ch = _Channel({"bob": _Unreachable()}, last_heard=_HeardFrom(b=0.0))  # bob's messages keep arriving
     error = _fail("charlie", _abort("charlie", "alice", "bob"), ch)
     assert (error["origin"], error["reported_culprit"]) == ("alice", "bob")
+
+
+def test_a_party_heard_from_lately_is_asked_again_until_it_answers_or_falls_silent():
+    """A party killed and restarting does not answer at first, though it was heard from lately: deciding at the
+    first failed heartbeat left the record to how fast it came back (CI of 807806b: trent's deleted checkpoint,
+    a loaded host, alice's record named bob).  It is asked again: once back it says it no longer knows the
+    session; one that stays silent for half the grace is confirmed by its silence."""
+    back = _Channel(
+        {"bob": [_Unreachable(), _Unreachable(), SimpleNamespace(state="unknown", culprit="")]},
+        last_heard={"b": time.monotonic()},
+    )
+    error = _fail("charlie", _abort("charlie", "alice", "bob"), back)
+    assert error["origin"] == "bob" and "no longer knows" in error["corroborated"] and back.asked.count("bob") >= 3
+    gone = _Channel({"bob": _Unreachable()}, last_heard={"b": time.monotonic()})
+    error = _fail("charlie", _abort("charlie", "alice", "bob"), gone)
+    assert error["origin"] == "bob" and "does not answer" in error["corroborated"]
 
 
 def test_a_link_is_recorded_only_from_its_sending_end_and_charged_to_it_only_then():
