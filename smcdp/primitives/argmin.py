@@ -46,8 +46,14 @@ Steps (numbers as in the seed where they exist):
    Charlie draws r uniform in [−2^(L'+2κ), 2^(L'+2κ)) and sends that party
    ξ(a_p − a_q + r) (homomorphically, fresh encryption of r); the party
    decrypts x = a_p − a_q + r, Charlie holds y = b_q − b_p + r, and
-   v'_p < v'_q ⟺ x < y: a DGK comparison (``smcdp.primitives.comparison``,
-   Charlie holds the DGK key and gets the bit) tells Charlie which advances.
+   v'_p < v'_q ⟺ x < y: a DGK comparison (``smcdp.primitives.comparison``)
+   tells Charlie which advances.  **The evaluating party holds the DGK key**
+   and Charlie gets the bit: DGK protects the non-holder only against a key
+   holder who follows the protocol (a malformed key reads the other side's
+   input whole: docs/primitives.md), and Charlie holding it read every
+   evaluator's x, hence v'_p − v'_q of every match (a review; until
+   2026-12-05).  A deviating evaluator could read Charlie's y likewise: one
+   difference v'_p − v'_q of two positions it cannot name.
    K − 1 comparisons in all instead of K(K−1)/2.
 
 What everybody sees: the evaluating party sees x, statistically hidden by r
@@ -287,10 +293,12 @@ async def argmin_party(
     *,
     seed: SeedLike = None,
     xi_key: PrivateKey | None = None,
+    dgk_key: dgk.DGKPrivateKey | None = None,
     allow_insecure_keys: bool = False,
     tag: str = "s1",
 ) -> PartyArgminResult:
-    """Role ``party<j>``: holds the private value ``value`` in [0, 2^value_bits)."""
+    """Role ``party<j>``: holds the private value ``value`` in [0, 2^value_bits).  ``dgk_key``: the DGK key pair
+    it evaluates its match with (:func:`party_dgk_key`; default a fresh one)."""
     params.validate()
     roles = params.party_roles
     me = _party_index(ch, params)
@@ -383,19 +391,19 @@ async def argmin_party(
             params.masked_bits,
             f"{tag}/x",
         )
-        await compare_holder_a(
+        # the evaluator holds the DGK key and Charlie's input is the one a malformed key would expose: a key
+        # Charlie made could read x exactly (docs/primitives.md); Charlie gets the bit [y ≤ x] = [v'_q ≤ v'_p]
+        if dgk_key is None:
+            dgk_key = party_dgk_key(params, seed, ch.role, allow_insecure_keys)
+        await compare_holder_b(
             ch,
             C,
             [x],
             ell=params.ell,
-            predicate="lt",
-            output="b",
+            key=dgk_key,
+            predicate="le",
+            output="a",
             tag_prefix=f"{tag}/cmp",
-            allow_insecure=allow_insecure_keys,
-            min_key_bits=params.dgk_bits,
-            max_key_bits=params.dgk_bits,
-            max_t=params.dgk_t,
-            rng=protocol_rng(seed, "secure-min", ch.role, "cmp"),
         )
     return PartyArgminResult(position=pos, source=src, xi_key=xi_key, zeta_pk=zeta_pk, stats=ch.stats.as_dict())
 
@@ -412,7 +420,9 @@ async def argmin_curator(
     tag: str = "s1",
     beta_key: PrivateKey | None = None,
 ) -> CuratorArgminResult:
-    """Role ``charlie``: ends with the position of the smallest value in the parties' (π₁) order."""
+    """Role ``charlie``: ends with the position of the smallest value in the parties' (π₁) order.  ``dgk_key`` is
+    not used (kept for callers): since 2026-12-05 each match's evaluator holds the DGK key."""
+    del dgk_key
     params.validate()
     if ch.role != params.curator:
         raise InvalidMessage(f"role {ch.role!r} is not the curator {params.curator!r}")
@@ -446,19 +456,6 @@ async def argmin_curator(
     )
     if xi_pk.bits < params.masked_bits + 8:
         raise InvalidMessage("the parties' key is too small for the masked shares")
-    if dgk_key is None:
-        dgk_key = dgk.generate_keypair(
-            params.dgk_bits,
-            params.dgk_t,
-            max_ell=max(params.ell, dgk.DEFAULT_MAX_ELL),
-            allow_insecure=allow_insecure_keys,
-            rng=protocol_rng(seed, "secure-min", ch.role, "dgk-key"),
-        )
-    if dgk_key.public.u <= params.ell + 2:
-        raise InvalidMessage(
-            f"the DGK key supports comparisons of at most {dgk_key.public.u - 3} bits, {params.ell} needed"
-        )
-
     # --- Step 3: ξ(a_k) and β(b_k) from the party at each position k; decrypt b.
     share_bits = params.shared_bits + params.mask_bits + 1
     xa, b = [], []
@@ -483,19 +480,24 @@ async def argmin_curator(
         role = roles[match_evaluator(t)]
         x_ct = xi_pk.raw_add(xi_pk.raw_add(xa[p], xi_pk.raw_mul(xa[q], -1)), xi_pk.raw_encrypt_textbook(r))
         await ch.send(role, f"{tag}/x", ciphertext_to_proto(xi_pk, x_ct))  # ξ(a_p − a_q + r), fresh
-        zs = await compare_holder_b(
+        zs = await compare_holder_a(  # the evaluator holds the DGK key (party side, step 4)
             ch,
             role,
             [b[q] - b[p] + r],
             ell=params.ell,
-            key=dgk_key,
-            predicate="lt",
-            output="b",
+            predicate="le",
+            output="a",
             tag_prefix=f"{tag}/cmp",
+            allow_insecure=allow_insecure_keys,
+            min_key_bits=params.dgk_bits,
+            max_key_bits=params.dgk_bits,
+            max_t=params.dgk_t,
+            rng=protocol_rng(seed, "secure-min", ch.role, f"cmp-{t}"),
         )
-        assert zs is not None  # output="b" returns the bits
+        assert zs is not None  # output="a" returns the bits
         (z,) = zs
-        return bool(z)  # [a_p − a_q + r < b_q − b_p + r] = [v'_p < v'_q]
+        # [b_q − b_p + r ≤ a_p − a_q + r] = [v'_q ≤ v'_p] = not [v'_p < v'_q] (the v' are distinct)
+        return not z
 
     winner, rounds = await run_tournament(K, match)
     return CuratorArgminResult(
@@ -518,6 +520,18 @@ async def argmin_curator(
 # 1 in an honest run; h learns nothing (ζ-ciphertexts, DGK ciphertexts); Charlie learns the K values
 # v_sel + s (jointly within 2^-κ of values independent of v_sel).  The curator takes no part in the
 # comparison, so whatever he does, a party whose own value is below the selected one refuses.
+
+
+def party_dgk_key(params: SecureMinParams, seed: SeedLike, role: str, allow_insecure_keys: bool) -> dgk.DGKPrivateKey:
+    """A party's DGK key pair for its match (step 4) and its selection check (both as the key holder): u above
+    both comparisons' lengths, from the role's stream for it."""
+    return dgk.generate_keypair(
+        params.dgk_bits,
+        params.dgk_t,
+        max_ell=max(params.ell, params.check_ell, dgk.DEFAULT_MAX_ELL),
+        allow_insecure=allow_insecure_keys,
+        rng=protocol_rng(seed, "secure-min", role, "dgk-key"),
+    )
 
 
 def check_helper_of(me: int, k: int) -> int:

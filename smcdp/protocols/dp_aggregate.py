@@ -109,6 +109,7 @@ from smcdp.primitives.argmin import (
     check_selection_curator,
     check_selection_helper,
     check_selection_party,
+    party_dgk_key,
     reveal_selection_party,
     tree_children,
     tree_parent,
@@ -462,14 +463,16 @@ class DPAggregateParams(ProtocolParams):
         slots = max(1, (P - 5) // self.slot_bits) if self.packed else 1
         psi = ciphertext_vector_bytes(-(-d // slots), P)
         ints = d * (self.modulus_bits // 8 + 4) + 32  # BigInts of d residues mod M
-        key = 4 * (P // 8) + 256
+        key = 4 * (max(P, Dk) // 8) + 256
         small = 256
         ct = ciphertext_vector_bytes(1, P)
         if role == DAVE:
             msgs = [(K + 1, ints)]
         elif role == CHARLIE:
-            # ξ(a), β(b) and the check's masked key (shared noise: masked k_sel) from every party
-            msgs = [(K - 1, dgk_batch(sm.ell)), (1, psi), (3 * K, ct), (1, key)]
+            # ξ(a), β(b) and the check's masked key (shared noise: masked k_sel) from every party; from each of
+            # the K − 1 evaluators its DGK public key and encrypted bits (it holds the match's key)
+            # (its header, key, bits and the output's delta)
+            msgs = [(K - 1, dgk_batch(sm.ell)), (K - 1, key), (2 * (K - 1), small), (1, psi), (3 * K, ct), (1, key)]
         else:
             proof = 5 * (2 * P // 8 + 8) + 32
             msgs = [
@@ -673,7 +676,7 @@ async def data_party(
     this party's in one record (for the logistic objective: 1/(n_j λ)).
     ``noise_random_state``: overrides the noise source (tests); default: the
     OS CSPRNG, or a per-role generator derived from ``seed``.  ``dgk_key``: this
-    party's DGK key pair for the selection check (default: a fresh one).
+    party's DGK key pair for its Stage 1 match and the selection check (default: a fresh one).
     """
     params.validate()
     roles = params.party_roles
@@ -687,7 +690,9 @@ async def data_party(
 
     # --- Stage 1: secure argmin of the keys (largest sensitivity = smallest key).
     ch.progress(round=1, step="secure-min")
-    s1 = await argmin_party(ch, key, sm, seed=seed, allow_insecure_keys=allow_insecure_keys)
+    if dgk_key is None:  # one key pair for its Stage 1 match and its Stage 2½ check (the holder in both)
+        dgk_key = party_dgk_key(sm, seed, ch.role, allow_insecure_keys)
+    s1 = await argmin_party(ch, key, sm, seed=seed, dgk_key=dgk_key, allow_insecure_keys=allow_insecure_keys)
     zeta_pk = s1.zeta_pk
 
     if noise_random_state is None:

@@ -96,7 +96,10 @@ RESERVE_BYTES = 256 * 1024
 #: calibration charges eps*max(1, sqrt(d)/(2K)), so its summaries' epsilon differs from a version-13 journal's,
 #: and a DP power round scales the clipped columns before the product (other last bits in every entry of a
 #: block's Z once one of its columns is clipped)
-VERSION = 14
+#: 15 (2026-12-05, later): dp-aggregate's Stage 1 matches are evaluated with the evaluating party holding the DGK
+#: key (messages reversed, one key per party for its match and its check), and Bob refuses speaker and keyword
+#: models that could leave the score range up front: a version-14 journal's messages no longer replay
+VERSION = 15
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

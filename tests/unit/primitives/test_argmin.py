@@ -380,3 +380,14 @@ def test_charlie_opens_nothing_but_a_masked_selected_value(keys):
 
     with pytest.raises((InvalidMessage, SessionAborted), match="not a masked selected value"):
         run_check([5, 9], 5, keys, tamper=tamper)
+
+
+def test_the_evaluating_party_holds_the_dgk_key(keys):
+    """DGK protects the side without the key only against a key holder who follows the protocol: with a crafted
+    key Charlie, the holder of every match's key until 2026-12-05, read each evaluator's x and so v'_p − v'_q
+    (a review; tests/unit/primitives/test_dgk_key_holder.py).  Now each evaluator sends Charlie its own DGK
+    public key and encrypted bits, and Charlie sends no DGK key at all."""
+    _, _, net = run_argmin([7, 3, 9, 3], keys)
+    sent = [(s, r) for (s, r, t, tn, d) in net.transcript if t == "s1/cmp/dgk-pk"]
+    assert sorted(sent) == sorted((f"party{i + 1}", "charlie") for i in range(1, 4))
+    assert not [t for (s, r, t, tn, d) in net.transcript if s == "charlie" and t.endswith("dgk-bits")]
