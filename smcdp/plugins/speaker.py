@@ -68,6 +68,8 @@ class _SpeakerPlugin(ProtocolPlugin):
         #: what Alice's next session is prepared for: her last session's sizes (the plug-in lives as long
         #: as the party process; the protocol module keeps no state of its own)
         self.last_alice = AliceSizes()
+        #: Bob's enrolled models' coefficient bits and range bound, kept between sessions (made while idle)
+        self.enrolled_bits = EnrolledBits()
 
     def validate_params(self, params: Mapping[str, Any], roles: Mapping[str, str]) -> dict:
         p = self.params_class.from_mapping(params)
@@ -96,7 +98,10 @@ class _SpeakerPlugin(ProtocolPlugin):
 
     def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
         """A party with an utterance configured is an Alice: her next session's key pair, tables and
-        obfuscators for the utterance's frames are made while she is idle."""
+        obfuscators for the utterance's frames are made while she is idle.  A Bob (a models file configured): his
+        padding speakers' imports and his models' coefficient bits and range bound."""
+        if inputs.get("models"):
+            prepare_bob(load_speaker_models(inputs["models"]), self.enrolled_bits)
         path = inputs.get("utterance")
         if not path:
             return
@@ -125,8 +130,8 @@ class _SpeakerPlugin(ProtocolPlugin):
         raise InvalidMessage(f"{self.name} has no role {role!r}")
 
     def _bob_state(self) -> dict[str, Any]:
-        """What this plug-in keeps for Bob's role between sessions, as its keyword arguments (none here)."""
-        return {}
+        """What this plug-in keeps for Bob's role between sessions, as its keyword arguments."""
+        return {"enrolled_bits": self.enrolled_bits}
 
 
 class SpeakerVerifyPlugin(_SpeakerPlugin):
@@ -135,21 +140,6 @@ class SpeakerVerifyPlugin(_SpeakerPlugin):
     output_name = "decision"
     alice = staticmethod(verify_alice)
     bob = staticmethod(verify_bob)
-
-    def __init__(self) -> None:
-        super().__init__()
-        #: Bob's enrolled speakers' coefficient bits, kept between sessions (the protocol module keeps no state)
-        self.enrolled_bits = EnrolledBits()
-
-    def _bob_state(self) -> dict[str, Any]:
-        return {"enrolled_bits": self.enrolled_bits}
-
-    def prepare_next(self, root: Randomness, inputs: Mapping[str, str], allow_insecure_keys: bool) -> None:
-        """Alice's next session as for every speaker protocol; a Bob (a models file configured): his padding
-        speaker's imports and his models' coefficient bits, while he is idle."""
-        super().prepare_next(root, inputs, allow_insecure_keys)
-        if inputs.get("models"):
-            prepare_bob(load_speaker_models(inputs["models"]), self.enrolled_bits)
 
     @staticmethod
     def _result(res) -> dict:

@@ -1206,9 +1206,11 @@ async def identify_bob(
     allow_insecure_keys: bool = False,
     dgk_key: dgk.DGKPrivateKey | None = None,
     zeta_key: PrivateKey | None = None,
+    enrolled_bits: EnrolledBits | None = None,
 ) -> IdentifyResult:
     """Role Bob of ``speaker-identify``: the UBM, the enrolled models, θ; learns the speaker (or "none")
-    with ``output = "bob"`` (the default) and nothing else."""
+    with ``output = "bob"`` (the default) and nothing else.  ``enrolled_bits``: where his enrolled models'
+    range bound is kept between sessions (:class:`EnrolledBits`; made while he is idle)."""
     params.validate()
     t_start = time.perf_counter()
     _check_models(models, params)
@@ -1227,7 +1229,12 @@ async def identify_bob(
     # showed Alice how many speakers are enrolled, the number K̄ hides (a review).
     drawn = padding_speakers(models, Kbar, protocol_rng(seed, params.protocol_name, ch.role, "padding"))
     gmms = [models.speaker(k) for k in range(K)] + drawn[: Kbar - K] + [models.ubm]
-    check_models_range(models_range([*gmms, *drawn[Kbar - K :]], params.feature_bits), params)  # all, whatever K
+    # every model he holds and every pad drawn, whatever K: the enrolled ones' bound kept per model set (made while
+    # he is idle), the K̄ pads' bounded here -- bounding the K enrolled ones each session made his time before
+    # his first message grow with K again (2.4 ms a speaker: a review of the change that drew every pad)
+    kept = (enrolled_bits or EnrolledBits()).ranges(models, params.feature_bits)
+    pads = models_range(drawn, params.feature_bits) if drawn else kept
+    check_models_range((max(kept[0], pads[0]), max(kept[1], pads[1])), params)
     labels = [models.names[k] if k < K else f"~pad{k}" for k in range(Kbar)] + ["~ubm"]
     pk, lls, offline, online, T = await _bob_forward(
         ch, gmms, labels, models, params, tag, seed, alice, allow_insecure_keys

@@ -660,3 +660,28 @@ def test_models_that_could_leave_the_score_range_are_refused_by_bob_before_any_m
     for claim in ("ann", "cy", "nobody"):
         with pytest.raises(InputRejected, match=r"could reach 2\^40 nats"):
             _verify(_utterance(), far, sk, dgk_key, claim=claim, ubm=ubm)
+
+
+def test_identification_bounds_only_its_padding_speakers_in_a_session(keypair512, dgk_key, monkeypatch):
+    """Bob bounded every model's score range before his first message -- K + K̄ + 1 models, 2.4 ms each, so his
+    time showed K again (a review of the change that drew every pad).  The enrolled models' bound is kept per model
+    set and made while he is idle (EnrolledBits.ranges, prepare_bob); a session bounds its K̄ pads only."""
+    _, sk = keypair512
+    models = _models()
+    bounded: list[int] = []
+    real = speaker.models_range
+    X = _utterance()
+    p = _params(IdentifyParams, sk, max_speakers=4)
+    for names in (NAMES, NAMES[:1]):
+        some = SpeakerModels(models.ubm, names, models.means[: len(names)], threshold=-1e5)
+        kept = speaker.EnrolledBits()
+        kept.ranges(some, p.feature_bits)  # made while Bob was idle
+        monkeypatch.setattr(speaker, "models_range", lambda g, fb: (bounded.append(len(list(g))), real(g, fb))[1])
+        run_pair(
+            lambda ch: identify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
+            lambda ch, some=some, kept=kept: identify_bob(
+                ch, some, p, allow_insecure_keys=True, dgk_key=dgk_key, enrolled_bits=kept
+            ),
+        )
+        monkeypatch.setattr(speaker, "models_range", real)
+    assert bounded == [4, 4]
