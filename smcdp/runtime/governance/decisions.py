@@ -179,9 +179,9 @@ class Decisions:
         raise refusal(OutOfBounds, self.name, sid, "approval", f"the proposal is {p.state} here")
 
     # ------------------------------------------------------------------ the operator's decisions
-    def approve(self, session_id: str, charges: bool | None = None) -> dict:
-        """``charges``: whether the session costs budget by today's policy and budget (the governor's check when
-        the operator approves); None: as decided when it was queued."""
+    def approve(self, session_id: str, charges: bool | None = None, summary: SessionSummary | None = None) -> dict:
+        """``charges``, ``summary``: whether the session costs budget and what, by today's policy, budget and
+        plug-in (the governor's check when the operator approves); None: as decided when it was queued."""
         with self._lock:
             p = self.expire_one(self.proposal(session_id))
             if p.state == ProposalState.APPROVED:
@@ -189,9 +189,8 @@ class Decisions:
             if p.state != ProposalState.PENDING:
                 raise PreconditionFailed(f"proposal {session_id!r} is {p.state}; only a pending one can be approved")
             if p.charges_budget if charges is None else charges:
-                c = self.reservations.reserve(
-                    session_id, SessionSummary(**_summary_args(p.summary)), p.initiator, refuse=False
-                )
+                cost = summary if summary is not None else SessionSummary(**_summary_args(p.summary))
+                c = self.reservations.reserve(session_id, cost, p.initiator, refuse=False)
                 self.reservations.audit_amount("reserved", c, session=session_id)
             p = self.proposals.decide(p, ProposalState.APPROVED.value)
             self.audit.append("approved", session=session_id, by="operator")

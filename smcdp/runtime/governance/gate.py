@@ -395,16 +395,18 @@ class Governor:
         next Propose) and the refusal raised to the operator."""
         with self._lock:
             p = self.decisions.expire_one(self.decisions.proposal(session_id))
-            charges = None
+            charges, summary = None, None
             if p.state == ProposalState.PENDING:
                 try:
                     plugin = self._plugins.get(p.protocol) or self.plugin_for(p.protocol)
-                    _summary, charges = self._check(p.initiator, p.spec(), plugin, p.role)
+                    summary, charges = self._check(p.initiator, p.spec(), plugin, p.role)
                 except SmcdpError as exc:
-                    self.proposals.decide(p, ProposalState.REJECTED.value, f"no longer admitted here: {exc}")
-                    self._refused(p.initiator, exc, None, session_id, how="approval")
+                    reason = f"no longer admitted here: {exc}"
+                    self.proposals.decide(p, ProposalState.REJECTED.value, reason)
+                    self.audit.append("rejected", session=session_id, by="policy", reason=reason)
                     raise
-            return self.decisions.approve(session_id, charges=charges)
+            # today's cost is what is reserved (a plug-in's cost may change across a restart or an upgrade)
+            return self.decisions.approve(session_id, charges=charges, summary=summary)
 
     def reject(self, session_id: str, reason: str) -> dict:
         return self.decisions.reject(session_id, reason)

@@ -607,6 +607,29 @@ def test_a_proposal_queued_before_a_restart_is_admitted_again_by_todays_policy_w
         with pytest.raises(OutOfBounds, match="maximum"):
             g.approve("charlie.s1")
         assert g.show("charlie.s1", None)["state"] == "rejected"
+        (line,) = [e for e in _events(tmp_path) if e.get("event") == "rejected" and e.get("session") == "charlie.s1"]
+        assert line["by"] == "policy" and "no longer admitted" in line["reason"]
         with pytest.raises(SmcdpError, match="no longer admitted here"):
             g.admit("charlie", spec, CostPlugin(), "data")
+    g.stop()
+
+
+def test_approval_reserves_todays_cost_not_the_one_stored_when_queued(tmp_path):
+    """The re-check at approval computed today's cost and then reserved the one stored with the proposal: a
+    plug-in whose cost changed across a restart (an upgrade) passed max_epsilon on the new cost while the ledger
+    held the old one (a review)."""
+
+    class Doubled(CostPlugin):
+        def summary(self, params, roles):
+            return replace(super().summary(params, roles), epsilon=2 * params["epsilon"])
+
+    cfg = _config(tmp_path, approval="operator")
+    g = _gov(cfg)
+    assert isinstance(g.admit("charlie", _spec("charlie.s1", epsilon=1.0), CostPlugin(), "data"), PendingApproval)
+    g.stop()
+    g = Governor(cfg, "alice")
+    g.plugin_for = lambda name: Doubled()  # the upgraded plug-in
+    g.start()
+    assert g.approve("charlie.s1")["state"] == "approved"
+    assert float(_ledger(tmp_path).reservation("alice", "charlie.s1").epsilon) == 2.0
     g.stop()
