@@ -52,8 +52,10 @@ Steps (numbers as in the seed where they exist):
    holder who follows the protocol (a malformed key reads the other side's
    input whole: docs/primitives.md), and Charlie holding it read every
    evaluator's x, hence v'_p − v'_q of every match (a review; until
-   2026-12-05).  A deviating evaluator could read Charlie's y likewise: one
-   difference v'_p − v'_q of two positions it cannot name.
+   2026-12-05).  A deviating evaluator could read Charlie's y likewise: its
+   match's v'_p − v'_q, the two parties' key difference and (mod K) their
+   indices -- at K = 2 the other party's key (data parties are semi-honest
+   in dp-aggregate's guarantee).
    K − 1 comparisons in all instead of K(K−1)/2.
 
 What everybody sees: the evaluating party sees x, statistically hidden by r
@@ -117,7 +119,7 @@ class SecureMinParams:
     value_bits: int = 64  # every private value lies in [0, 2^value_bits)
     mask_bits: int = 40  # κ: statistical hiding of every mask (≥ 40)
     key_bits: int = 2048  # the parties' Paillier key ξ and Charlie's ζ
-    dgk_bits: int = 2048  # Charlie's DGK modulus (and the parties' keys of the selection check)
+    dgk_bits: int = 2048  # each evaluating party's DGK modulus (and the parties' keys of the selection check)
     dgk_t: int = 224  # DGK subgroup order bits
     curator: str = CHARLIE
 

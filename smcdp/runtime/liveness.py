@@ -470,8 +470,10 @@ async def weigh_claim(
     probe: Callable[[str], Awaitable[Any]],
     timeout: float,
     settle: float = 0.0,
+    until: float | None = None,
 ) -> dict[str, Any]:
     """A failure's record (``error``, :func:`smcdp.runtime.session.error_dict`) as this party can vouch for it.
+    ``until``: a monotonic time (the session's deadline) the wait for a silent party does not pass.
 
     A peer that reported the failure (``reported_by``, the record's origin) and named another party as its
     culprit (``reported_culprit``) is believed only where this party confirms it -- then that party is the
@@ -502,7 +504,7 @@ async def weigh_claim(
         error.pop("reported_by", None)
         claimed = None
     if claimed:
-        how = await _confirms(claimed, me, watcher, last_heard, probe, timeout, settle)
+        how = await _confirms(claimed, me, watcher, last_heard, probe, timeout, settle, until)
         if how:
             error["origin"] = claimed
             error["corroborated"] = how
@@ -522,6 +524,7 @@ async def _confirms(
     probe: Callable[[str], Awaitable[Any]],
     timeout: float,
     settle: float,
+    until: float | None = None,
 ) -> str | None:
     """How this party confirms that the failure started at ``party`` (:func:`weigh_claim`), or None."""
     if party == me:
@@ -530,6 +533,8 @@ async def _confirms(
     start = time.monotonic()
     until, answered = start + settle, False
     patience = start + watcher.grace / 2 + timeout  # a silent party's wait (below) ends here at the latest
+    if until is not None:
+        patience = min(patience, until)
     while True:
         try:
             reply = await asyncio.wait_for(probe(party), timeout)

@@ -470,6 +470,7 @@ class Session:
                 # a named party that failed itself tells the others (its Aborts: up to this long) before its
                 # record -- what its heartbeats answer -- says so
                 settle=min(5.0, cfg.timeouts.connect_seconds) + 1.0,
+                until=self.deadline,  # a silent party's wait ends with the session's time at the latest
             )
         except Exception:  # noqa: BLE001 - never lose the failure itself: the reporter stays its origin
             log.exception("session %s: weighing the culprit a peer named failed", self.spec.session_id)
