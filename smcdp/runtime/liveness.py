@@ -504,7 +504,7 @@ async def weigh_claim(
         error.pop("reported_by", None)
         claimed = None
     if claimed:
-        how = await _confirms(claimed, me, watcher, last_heard, probe, timeout, settle, until)
+        how = await _confirms(claimed, me, watcher, last_heard, probe, timeout, settle, deadline=until)
         if how:
             error["origin"] = claimed
             error["corroborated"] = how
@@ -524,24 +524,25 @@ async def _confirms(
     probe: Callable[[str], Awaitable[Any]],
     timeout: float,
     settle: float,
-    until: float | None = None,
+    deadline: float | None = None,
 ) -> str | None:
     """How this party confirms that the failure started at ``party`` (:func:`weigh_claim`), or None."""
     if party == me:
         stalled = watcher.stalled()
         return f"{me!r} did not run for {stalled:.0f} s (its own watcher)" if stalled else None
     start = time.monotonic()
-    until, answered = start + settle, False
+    until = start + settle
     patience = start + watcher.grace / 2 + timeout  # a silent party's wait (below) ends here at the latest
-    if until is not None:
-        patience = min(patience, until)
+    if deadline is not None:
+        patience = min(patience, deadline)
     while True:
         try:
             reply = await asyncio.wait_for(probe(party), timeout)
         except Exception:  # noqa: BLE001 - unreachable, refused, late: no answer
             silent = watcher.silent_for(party, last_heard)
-            if answered:
-                return None  # it said the session runs there, then fell silent: not its own word
+            # (also after it said the session runs there: a party that answered "running" and then stopped -- a
+            # party shutting down, a container stopped mid-session -- is confirmed by its silence like any other;
+            # giving up at its first unanswered heartbeat left the records to timing: a container CI run)
             if silent > watcher.grace / 2:
                 since = "never heard from here" if silent == math.inf else f"last heard from here {silent:.0f} s ago"
                 return f"{party!r} does not answer {me!r}, {since}"
@@ -553,7 +554,6 @@ async def _confirms(
                 return None
             await asyncio.sleep(max(0.1, min(0.5, watcher.grace / 2 - silent)))
             continue
-        answered = True
         state = str(getattr(reply, "state", ""))
         if state == SessionState.UNKNOWN:
             return f"{party!r} no longer knows the session"

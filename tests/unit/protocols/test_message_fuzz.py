@@ -315,9 +315,9 @@ MODES: dict[str, tuple[Callable, list[tuple[str, str, str, type[Message]]]]] = {
             ("party1", "party2", "s1/xi-keypair", pb.PaillierKeyPair),
             ("party2", "party1", "s1/a", pb.BigInts),
             ("party3", "charlie", "s1/xa", pb.CiphertextVector),
-            ("charlie", "party2", "s1/cmp/dgk-pk", pb.BigInts),
-            ("charlie", "party2", "s1/cmp/dgk-bits", pb.Blobs),
-            ("party2", "charlie", "s1/cmp/dgk-c", pb.Blobs),
+            ("party2", "charlie", "s1/cmp/dgk-pk", pb.BigInts),  # the evaluator holds its match's DGK key
+            ("party2", "charlie", "s1/cmp/dgk-bits", pb.Blobs),
+            ("charlie", "party2", "s1/cmp/dgk-c", pb.Blobs),
             ("charlie", "party1", "s2/u-proof", pb.BigInts),
             ("party3", "party1", "s2/seed", pb.Blobs),
             ("party2", "party1", "s2/agg-sel", pb.CiphertextVector),
