@@ -90,24 +90,34 @@ def sweep(
     out: list[Deleted] = []
     if not sessions_dir.is_dir():
         return out
-    for d in sorted(sessions_dir.glob(f"*{SUFFIX}")):
-        if not d.is_dir():
-            continue
+
+    def expired(d: Path) -> tuple[Checkpoint, float] | None:
+        """The checkpoint in ``d`` and how long ago its session ended, if that is the retention or more."""
         try:
             cp = Checkpoint.load(d)
             mtime = (d / META).stat().st_mtime
         except (CheckpointError, OSError):
-            continue
+            return None
         m = cp.meta
         ended = m.get("failed_epoch") if m["state"] == SessionState.FAILED else None
         since = float(ended) if isinstance(ended, (int, float)) else mtime
-        if now - since < retention:
+        return (cp, since) if now - since >= retention else None
+
+    for d in sorted(sessions_dir.glob(f"*{SUFFIX}")):
+        if not d.is_dir() or expired(d) is None:
             continue
         with guard:
+            # read again under the lock: a resume that took the checkpoint up and finished meanwhile (so it is in
+            # neither ``live``'s snapshot nor being resumed now) wrote its new state into it
+            found = expired(d)
+            if found is None:
+                continue
+            cp, since = found
             if cp.session_id in set(current()):
                 continue
             size = _size(d)
             cp.remove()
+        m = cp.meta
         out.append(Deleted(cp.session_id, m["state"], bool(m.get("resumable")), now - since, size))
     return out
 

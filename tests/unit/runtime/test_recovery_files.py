@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -187,3 +188,36 @@ def test_a_checkpoint_created_meanwhile_by_another_creator_is_left_whole(tmp_pat
     assert {"checkpoint.json", "journal.log", "root.key"} <= set(os.listdir(winner[0].dir))
     assert Checkpoint.load(winner[0].dir).journal.inbound_sizes()  # its acknowledged record is there
     winner[0].close()
+
+
+def test_a_resume_that_finished_while_the_sweep_ran_keeps_its_checkpoint(tmp_path):
+    """The sweep read a checkpoint's state, then a whole resume ran (marked, reopened, unmarked) before the
+    sweep's locked check: the session was in neither the sweep's snapshot of live sessions nor being resumed,
+    and its checkpoint was deleted (a review of this change).  The state is read again under the lock."""
+    sessions = tmp_path / "sessions"
+    sessions.mkdir()
+    cp = _create(sessions)
+    cp.set_state("failed", resumable=True, failed_epoch=0.0)
+    cp.close()
+    resumed: list[bool] = []
+
+    def live():
+        if not resumed:  # the resume ran between the sweep's first read and its decision
+            again = Checkpoint.load(cp.dir)
+            again.set_state("running", resumable=False)
+            again.close()
+            resumed.append(True)
+        return set()
+
+    lock = threading.Lock()
+
+    class Racing:
+        def __enter__(self):
+            live()  # the resume finished just before the sweep took the lock
+            return lock.__enter__()
+
+        def __exit__(self, *exc):
+            return lock.__exit__(*exc)
+
+    gone = sweep(sessions, retention=0.0, live=set(), now=time.time() - 1.0, lock=Racing())
+    assert gone == [] and cp.dir.is_dir()
