@@ -451,16 +451,22 @@ class InboundBudget:
                     f"(derived from {env.source})"
                 )
             if self.ledger is not None and not self._closed:
-                cost = message_cost(tag, total_size)
-                try:
-                    self.ledger.charge(self.parties.get(sender_role, sender_role), cost)
-                except ResourceExhausted:
-                    self.refused += 1
-                    raise
+                cost = self._charge_ledger(sender_role, tag, total_size)
                 self._by_sender[sender_role] = self._by_sender.get(sender_role, 0) + cost
             self._bytes += total_size
             self._inflight[key] = self._inflight.get(key, 0) + 1
             return total_size
+
+    def _charge_ledger(self, sender_role: str, tag: str, total_size: int) -> int:
+        """Charge the party-wide ledger (held: ``self.ledger`` set) for one message; counted as refused past it."""
+        assert self.ledger is not None
+        cost = message_cost(tag, total_size)
+        try:
+            self.ledger.charge(self.parties.get(sender_role, sender_role), cost)
+        except ResourceExhausted:
+            self.refused += 1
+            raise
+        return cost
 
     def settle(self, sender_role: str, tag: str, charged: int | None, stored: bool) -> None:
         """End of one stream: ``stored`` if its message entered the mailbox as new."""
@@ -492,12 +498,7 @@ class InboundBudget:
                 )
             if self.ledger is None:
                 return 0
-            cost = message_cost(tag, total_size)
-            try:
-                self.ledger.charge(self.parties.get(sender_role, sender_role), cost)
-            except ResourceExhausted:
-                self.refused += 1
-                raise
+            cost = self._charge_ledger(sender_role, tag, total_size)
             return cost
 
     def settle_copy(self, sender_role: str, charged: int) -> None:
