@@ -9,8 +9,8 @@ docs/crypto.md, "Threshold key without a dealer".  The steps, numbered as there:
 1. **Distributed sieving** (Boneh–Franklin §3): each party draws a_i ∈ Z*_M (M the product of the odd
    primes up to a bound, public); the parties compute Shamir shares of A = Π a_i over a prime field
    (BGW products with Gennaro–Rabin–Rabin degree reduction, n ≥ 2t + 1) and convert them into
-   additive integer shares x_i (parties 2..n draw x_i, party 1 alone learns A − Σ_{i≥2} x_i,
-   statistically masked).  Party i's share of the candidate prime is p_i = x_i + M·y_i (+ a public
+   additive integer shares x_i (parties 2..n draw x_i; A − Σ_{i≥2} x_i, statistically masked, is opened at
+   every party, which checks it, and is party 1's x_1).  Party i's share of the candidate prime is p_i = x_i + M·y_i (+ a public
    offset ≡ 0 mod 4M for party 1), with y_i chosen so that p_1 ≡ 3 and p_i ≡ 0 (mod 4): p = Σ p_i ≡
    A (mod M) has no prime factor below the bound, and p ≡ 3 (mod 4).  The same for q.
 2. **N = pq** by one BGW multiplication of Shamir shares of p and q plus a random sharing of zero of
@@ -39,14 +39,18 @@ two-party multiplication under ephemeral keys party 1 makes for the ceremony (pa
 Enc(y_1); party 2 answers Enc(x_1)^(y_2)·Enc(y_1)^(x_2)·Enc(e_2); party 1 decrypts), and values to open
 are then sent by party 1 to party 2.
 
+Every opening (steps 1, 2, 5, 6) is checked at every party against the range every honest opening lies in,
+and for n ≥ 3 each party's points are committed to before any is revealed (`_Ceremony.open_committed`,
+`check_opening`): a deviation that puts another party's secret into an opening's spare bits stops the ceremony,
+so what it shows concerns a modulus that is never a key.
+
 Security model: **semi-honest**, any coalition of at most t parties (n ≥ 2t + 1 with BGW; for n = 2,
 one party, under DCR for the ephemeral keys); the key's decryption then tolerates malicious parties
-(proofs of correct partial decryption, :mod:`smcdp.crypto.threshold`).  **Every party must follow the
-ceremony**: a party that deviates during generation can learn the factorization while the ceremony succeeds
-(a wrong share of a mask sent to one honest party puts that party's point of the ψ or φ sharing into the
-opened value's spare bits; with n = 2, party 1 encrypting an out-of-range value reads party 2's p and q mod M),
-besides making it fail or produce a bad key undetected.  Nishide–Sakurai / Hazay et al. give the malicious
-version, which is not implemented (docs/crypto.md, "Assumptions").
+(proofs of correct partial decryption, :mod:`smcdp.crypto.threshold`).  Against a party that deviates during
+the ceremony it is **not maliciously secure**: the range checks leave it a shift inside an opening's range (a few
+bits at the masks' edges), with n = 2 party 1 encrypting an out-of-range value reads party 2's p and q mod M,
+and a deviating party can make the ceremony fail or produce a bad key undetected.  Nishide–Sakurai / Hazay et
+al. give the malicious version, which is not implemented (docs/crypto.md, "Assumptions").
 """
 
 from __future__ import annotations
@@ -102,6 +106,16 @@ class KeygenFailed(SmcdpError):
 class BadShare(KeygenFailed, InvalidMessage):
     """A party's share of the decryption exponent does not match its Feldman commitments (step 7); ``origin``
     names it."""
+
+    code = "INVALID_ARGUMENT"
+
+
+class BadOpening(KeygenFailed, InvalidMessage):
+    """An opened value (steps 1, 2, 5, 6) lies outside the range every honest opening lies in, or a party's revealed
+    points do not match what it committed to before the others revealed theirs: a party deviated -- inconsistent
+    shares, or values beyond their range, can put another party's secret into the field's spare bits of an
+    opening (docs/crypto.md, "Assumptions").  The ceremony stops at every party; nothing opened out of range is
+    used.  ``origin`` names the party where only one can have caused it (a mismatched commitment; n = 2)."""
 
     code = "INVALID_ARGUMENT"
 
@@ -295,7 +309,7 @@ def traffic_envelope(params: KeygenParams) -> TrafficEnvelope:
     batches = -(-params.max_candidates // k)
     peers = n - 1
     shares = share_bound_bits(params.d_bits, n, params.threshold, dealers=n)
-    once = [(peers, ints(2, 2 * bits)), (2 * peers, ints(4, p_big)), (2 * peers, ints(1, p_big))]
+    once = [(peers, ints(2, 2 * bits)), (2 * peers, ints(4, p_big)), (2 * peers, ints(2, p_big))]
     once += [(peers, ints(params.threshold + 1, 2 * bits + 2)), (peers, ints(1, shares)), (peers, ints(1, 256))]
     if n == 2:
         eph = ephemeral_key_bits(params)
@@ -304,18 +318,29 @@ def traffic_envelope(params: KeygenParams) -> TrafficEnvelope:
         per_candidate = [(1, ints(params.jacobi_rounds, bits)), (1, 2 * big), (1, ints(1, p_big))]
         once += [(1, ints(2, eph["big"] + 8)), (2, 2 * big)]
     else:
+        # an opening's points carry the committed nonce, and a commitment (a 256-bit digest from every peer)
+        # precedes each: the sieve's and N's per batch, the gcd test's per candidate, the exponent's once
+        commit = (peers, ints(1, 256))
         per_batch = [
             (peers, ints(4 * k, p_sieve)),
             (peers * peers, ints(2 * k, p_sieve)),
-            (peers, ints(2 * k, p_sieve)),
+            (peers, ints(2 * k + 1, p_sieve)),
+            commit,
+            commit,
         ]
-        per_batch += [(peers, ints(3 * k, p_n)), (peers, ints(k, p_n)), (peers, ints(k, bits))]
-        per_candidate = [(peers, ints(params.jacobi_rounds, bits)), (peers, ints(4, p_big)), (peers, ints(1, p_big))]
-    # the echo after each opening (_Ceremony.agree): a 256-bit digest to every peer -- after N's opening
-    # and the first Jacobi round (per batch), after the remaining rounds and the gcd test (per candidate), and
-    # after the exponent's opening (a retry of it included, below)
+        per_batch += [(peers, ints(3 * k, p_n)), (peers, ints(k + 1, p_n)), (peers, ints(k, bits))]
+        per_candidate = [
+            (peers, ints(params.jacobi_rounds, bits)),
+            (peers, ints(4, p_big)),
+            (peers, ints(2, p_big)),
+            commit,
+        ]
+        once += [(2 * peers, ints(1, 256))]  # the exponent's commitment (a retry of it included)
+    # the echo after each opening (_Ceremony.agree): a 256-bit digest to every peer -- after the sieve's opening
+    # (n ≥ 3), N's and the first Jacobi round (per batch), after the remaining rounds and the gcd test (per
+    # candidate), and after the exponent's opening (a retry of it included, below)
     echo = (peers, ints(1, 256))
-    per_batch += [echo, echo]
+    per_batch += [echo, echo, echo] if n > 2 else [echo, echo]
     per_candidate += [echo, echo]
     once += [echo, echo, echo]
     messages = [(c * batches, size) for c, size in per_batch]
@@ -348,7 +373,16 @@ class _Ceremony:
         #: session's randomness root: a replayed party re-sends what it sent (docs/fault-tolerance.md)
         self.rng: dict[str, random.Random] = {
             purpose: root.rng(params.protocol_name, ch.role, purpose)
-            for purpose in ("shamir", "sieve", "gcd", "exponent", "exponent-shares", "ephemeral-small", "ephemeral-big")
+            for purpose in (
+                "shamir",
+                "sieve",
+                "gcd",
+                "exponent",
+                "exponent-shares",
+                "ephemeral-small",
+                "ephemeral-big",
+                "commit",
+            )
         }
         self.M = sieve_modulus(params.half_bits, self.n)
         #: the expected number of candidate moduli, shown with the count tried so far (the progress step)
@@ -510,6 +544,64 @@ class _Ceremony:
                 "changed; the ceremony stops"
             )
 
+    async def open_committed(self, step: str, mine: list[int], P: int) -> list[int]:
+        """Open Shamir-shared values (degree ≤ n − 1) at every party: each party first broadcasts a commitment to
+        its points (a SHA-256 digest with a 256-bit nonce), and reveals them only when it holds everyone's
+        commitment.  Without it a party could wait for the others' points, read the true opening -- with whatever
+        its inconsistent shares put into the field's spare bits -- and then choose its own point so that the
+        others open a value inside the honest range (a rushing party: the range checks after each opening would
+        not see it).  A revealed row that does not match its commitment stops the ceremony, naming its party.
+        Returns the opened values, signed."""
+        tag = self.tag(step)
+        nonce = self.rng["commit"].getrandbits(256)
+        digests = await self.broadcast(step + "/commit", [_commitment(tag, self.me, mine, nonce, P)], 256)
+        rows = await self.broadcast(step, [*mine, nonce], P.bit_length())
+        for i, row in enumerate(rows, 1):
+            if i != self.me and _commitment(tag, i, row[:-1], row[-1], P) != digests[i - 1][0]:
+                bad = BadOpening(
+                    f"{self.roles[i - 1]}'s points at {tag!r} are not the ones it committed to before the others "
+                    "revealed theirs: the ceremony stops"
+                )
+                bad.origin = self.ch.roles.get(self.roles[i - 1])
+                raise bad
+        return [self.open([rows[j][c] for j in range(self.n)], P) for c in range(len(mine))]
+
+    def check_opening(self, step: str, values: list[int], bounds: tuple[int, int], culprit: int = 0) -> None:
+        """Every honest opening of ``step`` lies in ``bounds`` (inclusive; `_Ceremony` documents each): a value
+        outside them is a deviation -- its spare bits may carry another party's point of a sharing -- and the
+        ceremony stops (:class:`BadOpening`), the modulus it concerns never used.  ``culprit``: the one party that
+        can have caused it (n = 2), else 0."""
+        lo, hi = bounds
+        for c, v in enumerate(values):
+            if not lo <= v <= hi:
+                where = f"{self.tag(step)!r}" + (f" (entry {c})" if len(values) > 1 else "")
+                bad = BadOpening(
+                    f"the value opened at {where} lies outside the range every honest opening lies in "
+                    f"({v.bit_length()}-bit {'negative ' if v < 0 else ''}value, bound {max(-lo, hi).bit_length()} "
+                    "bits): a party deviated (inconsistent shares or values beyond their range); the ceremony stops"
+                )
+                if culprit:
+                    bad.origin = self.ch.roles.get(self.roles[culprit - 1])
+                raise bad
+
+    # the ranges of honest openings (inclusive), from the draws' ranges in steps 1, 5 and 6
+    def sieve_bounds(self) -> tuple[int, int]:
+        """Step 1: party 1's share x_1 = A − Σ_{i≥2} r_i, A = Π a_i with a_i ∈ [1, M), r_i ∈ [0, 2^(n·bits(M) + κ))."""
+        r_max = (1 << (self.n * self.M.bit_length() + KAPPA)) - 1
+        return 1 - (self.n - 1) * r_max, (self.M - 1) ** self.n
+
+    def modulus_bounds(self) -> tuple[int, int]:
+        """Step 2: 3·2^(h−2) ≤ p, q < 2^h (`_prime_shares`), so N has exactly key_bits bits."""
+        bits = self.params.key_bits
+        return 1 << (bits - 1), (1 << bits) - 1
+
+    def masked_bounds(self, N: int, factor_max: int) -> tuple[int, int]:
+        """Steps 5 and 6: w = (Σ r_i)·f + N·Σ s_i with r_i ∈ [0, 2^(bits+κ)), s_i ∈ [0, 2^s_bits) and
+        0 < f ≤ ``factor_max`` (p + q − 1 < 2^(h+1) in step 5, φ(N) < N in step 6)."""
+        n, params = self.n, self.params
+        r_max, s_max = (1 << (params.key_bits + KAPPA)) - 1, (1 << params.s_bits) - 1
+        return 0, n * r_max * factor_max + n * N * s_max
+
     async def shared(self, step: str, secrets_by_kind: list[tuple[list[int], int]], P: int) -> list[list[list[int]]]:
         """Shamir-share several vectors of secrets (each with its degree) over Z_P in one exchange.
 
@@ -545,6 +637,8 @@ class _Ceremony:
         if n == 2:
             # A = a_1·a_2: party 1 learns a_1·a_2 − r_2 (Enc(a_1)^(a_2)·Enc(−r_2)), party 2 keeps r_2
             u = await self.two_party_products("sieve", "small", a, None, [-v for v in r])
+            if self.me == 1:
+                self.check_opening("sieve/ret", u, self.sieve_bounds(), culprit=2)
             return self._prime_shares(u if self.me == 1 else r)
         kinds = await self.shared("sieve/a", [(a, self.t), (r, self.t)], P)
         a_pts, r_pts = kinds
@@ -555,17 +649,12 @@ class _Ceremony:
             lam = self.lam(P)
             prod = [sum(lam[k] * reshared[k][c] for k in range(n)) % P for c in range(count)]
         masked = [(prod[c] - sum(r_pts[i][c] for i in range(n))) % P for c in range(count)]
-        if self.me == 1:
-            got = await self.ch.recv_all(self.others, self.tag("sieve/open"), pb.BigInts)
-            points = [masked] + [
-                from_bigints(got[role], count=count, bound_bits=P.bit_length(), what="sieve/open", nonnegative=True)
-                for role in self.roles[1:]
-            ]
-            x: list[int] = [self.open([points[j][c] for j in range(n)], P) for c in range(count)]
-        else:
-            await self.ch.send(self.roles[0], self.tag("sieve/open"), bigints(masked))
-            x = r
-        return self._prime_shares(x)
+        # x_1 = A − Σ r_i is opened at every party (statistically masked by the honest parties' r_i), so that every
+        # party checks it lies where an honest x_1 does; party 1 takes it as its share
+        x_1 = await self.open_committed("sieve/open", masked, P)
+        await self.agree("sieve/open", x_1)
+        self.check_opening("sieve/open", x_1, self.sieve_bounds())
+        return self._prime_shares(x_1 if self.me == 1 else r)
 
     def _prime_shares(self, x: list[int]) -> list[int]:
         """p_i = x_i + M·y_i (+ offset for party 1), p_1 ≡ 3 and p_i ≡ 0 (mod 4), from additive shares x_i of A."""
@@ -585,10 +674,19 @@ class _Ceremony:
 
     # ----------------------------------------------------------- products
     async def open_products(
-        self, step: str, xs: list[int], ys: list[int], P: int, mask: int = 0, s: list[int] | None = None
+        self,
+        step: str,
+        xs: list[int],
+        ys: list[int],
+        P: int,
+        bounds: tuple[int, int],
+        mask: int = 0,
+        s: list[int] | None = None,
     ) -> list[int]:
-        """Open Σx·Σy + mask·Σs for each entry (BGW, plus a random degree-2t sharing of zero; for n = 2
-        a Paillier-based product, after which party 1 sends party 2 the opened values)."""
+        """Open Σx·Σy + mask·Σs for each entry (BGW, plus a random degree-2t sharing of zero, the points committed
+        before they are revealed; for n = 2 a Paillier-based product, after which party 1 sends party 2 the opened
+        values), echo them (:meth:`agree`) and check them against ``bounds``, the range of every honest opening
+        (:meth:`check_opening`: for n = 2 party 1 checks before it sends anything)."""
         count = len(xs)
         if self.n == 2:
             s_ = s if s is not None else [0] * count
@@ -598,15 +696,18 @@ class _Ceremony:
             u = await self.two_party_products(step, key, xs, ys, own)
             tag = self.tag(step + "/open")
             if self.me == 1:
+                # before w goes to party 2: a deviating party 2 (a multiplier beyond its range) would read party
+                # 1's values in w's bits above every honest opening
                 w = [a + b for a, b in zip(u, own)]
-                if any(abs(v).bit_length() > P.bit_length() for v in w):  # what party 2 accepts of it, below
-                    bad = InvalidMessage(f"{self.tag(step + '/ret')}: party 2's answer decrypts beyond its bound")
-                    bad.origin = self.ch.roles.get(self.roles[1])
-                    raise bad
+                self.check_opening(step + "/ret", w, bounds, culprit=2)
                 await self.ch.send(self.roles[1], tag, bigints(w))
-                return w
-            msg = await self.ch.recv(self.roles[0], tag, pb.BigInts)
-            return from_bigints(msg, count=count, bound_bits=P.bit_length(), what=tag)
+            else:
+                msg = await self.ch.recv(self.roles[0], tag, pb.BigInts)
+                w = from_bigints(msg, count=count, bound_bits=P.bit_length(), what=tag)
+            await self.agree(step, w)
+            if self.me == 2:
+                self.check_opening(step + "/open", w, bounds, culprit=1)
+            return w
         kinds: list[tuple[list[int], int]] = [(xs, self.t), (ys, self.t), ([0] * count, 2 * self.t)]
         if s is not None:
             kinds.append((s, self.t))
@@ -619,8 +720,24 @@ class _Ceremony:
             Z = sum(got[2][i][c] for i in range(n))
             S = sum(got[3][i][c] for i in range(n)) if s is not None else 0
             mine.append((X * Y + mask * S + Z) % P)
-        points = await self.broadcast(step + "/open", mine, P.bit_length())
-        return [self.open([points[j][c] for j in range(n)], P) for c in range(count)]
+        w = await self.open_committed(step + "/open", mine, P)
+        await self.agree(step, w)
+        self.check_opening(step + "/open", w, bounds)
+        return w
+
+
+def _commitment(tag: str, index: int, points: list[int], nonce: int, P: int) -> int:
+    """Party ``index``'s commitment to its points of an opening (`_Ceremony.open_committed`): SHA-256 over the tag,
+    the index, the points at the field's width and the nonce; hiding (the nonce) and binding (collision
+    resistance) in the random-oracle reading."""
+    width = (P.bit_length() + 7) // 8
+    h = hashlib.sha256(b"smcdp/keygen/commit/v1\x00" + tag.encode() + b"\x00" + index.to_bytes(2, "big"))
+    h.update(len(points).to_bytes(4, "big"))
+    for v in points:
+        h.update(int(v).to_bytes(width, "big"))
+    nonce_bytes = int(nonce).to_bytes(max(32, (int(nonce).bit_length() + 7) // 8), "big")  # a peer's may be longer
+    h.update(len(nonce_bytes).to_bytes(4, "big") + nonce_bytes)
+    return int.from_bytes(h.digest(), "big")
 
 
 def _hash_to_jacobi_one(N: int, k: int, counter: int) -> int:
@@ -688,11 +805,10 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
     ps, qs = primes[:k], primes[k:]
     # step 2: N for every pair
     ch.progress(step=f"modulus, {tried}")
-    Ns = await st.open_products("n", ps, qs, st.P_n)
-    await st.agree("n", Ns)
+    Ns = await st.open_products("n", ps, qs, st.P_n, st.modulus_bounds())
     counts["candidates"] += k
-    # step 3: public trial division
-    alive = [c for c in range(k) if Ns[c] > 0 and Ns[c].bit_length() == bits and gmpy2.gcd(Ns[c], TRIAL_PRODUCT) == 1]
+    # step 3: public trial division (every N has key_bits bits: modulus_bounds)
+    alive = [c for c in range(k) if gmpy2.gcd(Ns[c], TRIAL_PRODUCT) == 1]
     if not alive:
         return None
     # step 4, first round for every survivor at once
@@ -716,8 +832,8 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
         psi = ps[c] + qs[c] - (1 if me == 1 else 0)
         rnd = st.rng["gcd"].getrandbits(bits + KAPPA)
         s = st.rng["gcd"].getrandbits(params.s_bits)
-        (w,) = await st.open_products(f"gcd/{c}", [rnd], [psi], st.P_big, mask=N, s=[s])
-        await st.agree(f"gcd/{c}", [w])
+        bounds = st.masked_bounds(N, (1 << (params.half_bits + 1)) - 1)
+        (w,) = await st.open_products(f"gcd/{c}", [rnd], [psi], st.P_big, bounds, mask=N, s=[s])
         if math.gcd(w % N, N) == 1:
             return N, ps[c], qs[c]
     return None
@@ -737,10 +853,9 @@ async def _exponent(st: _Ceremony, N: int, p_i: int, q_i: int) -> tuple[int, int
     phi_i = (N + 1 - p_i - q_i) if st.me == 1 else -(p_i + q_i)
     beta = st.rng["exponent"].getrandbits(st.params.key_bits + KAPPA)
     s_i = st.rng["exponent"].getrandbits(st.params.s_bits)
-    (w,) = await st.open_products("theta", [beta], [phi_i], st.P_big, mask=N, s=[s_i])
-    await st.agree("theta", [w])
-    if w <= 0:  # β ≥ 0, φ > 0, s ≥ 0: an honest w is positive
-        raise KeygenFailed("the opened β·φ + N·s is not positive: a party deviated; the ceremony stops")
+    hi = st.masked_bounds(N, N - 1)[1]
+    # β ≥ 0, φ > 0, s ≥ 0: an honest w is positive (w = 0 needs β = s = 0: probability below 2^−(bits + κ))
+    (w,) = await st.open_products("theta", [beta], [phi_i], st.P_big, (1, hi), mask=N, s=[s_i])
     theta = w % N
     if math.gcd(theta, N) != 1:  # pragma: no cover - probability about 2/sqrt(N)
         # w mod N = −β·ψ mod N shares a factor with N, so the opened value has just factored N for everyone: this

@@ -99,7 +99,9 @@ RESERVE_BYTES = 256 * 1024
 #: 15 (2026-12-05, later): dp-aggregate's Stage 1 matches are evaluated with the evaluating party holding the DGK
 #: key (messages reversed, one key per party for its match and its check), and Bob refuses speaker and keyword
 #: models that could leave the score range up front: a version-14 journal's messages no longer replay
-VERSION = 15
+#: 16 (2026-12-06): the key ceremony commits to every opening's points before revealing them, opens step 1's x_1 at
+#: every party and stops on an opening outside the honest range: a version-15 ceremony's journal holds other messages
+VERSION = 16
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)
