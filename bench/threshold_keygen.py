@@ -41,13 +41,18 @@ from smcdp.net.channel import InMemoryNetwork  # noqa: E402
 from smcdp.protocols.keygen import KeygenParams, party, party_roles  # noqa: E402
 
 
-def ceremony(n: int, bits: int) -> dict:
+def ceremony(n: int, bits: int, root: int | None = None) -> dict:
+    """One ceremony; ``root``: every party's randomness root derived from it (party i: 100·root + i), so that two
+    trees of the code run the same candidates and make the same key (comparing their costs)."""
     t = max(1, (n - 1) // 2)
-    params = KeygenParams(parties=n, threshold=t, key_bits=bits, allow_insecure=bits < 2048).validate()
+    params = KeygenParams(
+        parties=n, threshold=t, key_bits=bits, allow_insecure=bits < 2048 or root is not None
+    ).validate()
     roles = party_roles(n)
     net = InMemoryNetwork({r: r for r in roles}, timeout=3600)
     t0 = time.perf_counter()
-    res = asyncio.run(net.run({r: (lambda ch: party(ch, params)) for r in roles}))
+    seeds = {r: None if root is None else 100 * root + i for i, r in enumerate(roles, 1)}
+    res = asyncio.run(net.run({r: (lambda ch, r=r: party(ch, params, seed=seeds[r])) for r in roles}))
     wall = time.perf_counter() - t0
     r1 = res["party1"]
     return {
@@ -103,6 +108,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="ceremonies per (n, bits)")
     ap.add_argument("--ciphertexts", type=int, default=200, help="k for the decryption comparison")
     ap.add_argument("--decrypt-bits", type=int, default=2048)
+    ap.add_argument(
+        "--root",
+        type=int,
+        help="fixed randomness roots (repeat i uses ROOT + i): the same candidates and key in any tree of the code",
+    )
+    ap.add_argument("--no-decryption", action="store_true", help="the key ceremonies only")
     ap.add_argument("--json", action="store_true", help="print the measurements as JSON instead of tables")
     ap.add_argument("--from-json", metavar="FILE", help="render the tables of an earlier --json run")
     args = ap.parse_args()
@@ -113,8 +124,8 @@ def main() -> None:
     runs = []
     for bits in (int(b) for b in args.bits.split(",")):
         for n in (int(x) for x in args.parties.split(",")):
-            for _ in range(args.repeats):
-                r = ceremony(n, bits)
+            for i in range(args.repeats):
+                r = ceremony(n, bits, None if args.root is None else args.root + i)
                 runs.append(r)
                 print(
                     f"keygen n={n} t={r['threshold']} {bits} bits: {r['seconds']:.1f} s, "
@@ -123,6 +134,8 @@ def main() -> None:
                     file=sys.stderr,
                     flush=True,
                 )
+    if args.no_decryption:
+        return
     dec = decryption(args.decrypt_bits, args.ciphertexts, 3)
     if args.json:
         print(json.dumps({"keygen": runs, "decryption": dec}, indent=2))
