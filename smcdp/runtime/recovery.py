@@ -15,7 +15,7 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import grpc
 
@@ -304,9 +304,14 @@ class Recovery:
         core, sid = self.core, cp.session_id
         if sid in core.reopening:
             raise Unavailable(f"session {sid!r} is being resumed at party {core.name!r}; try again shortly")
-        with self._sweep_lock:  # from here the retention's sweep leaves its checkpoint alone (is_dir below)
-            core.reopening.add(sid)
-            self._resuming.add(sid)
+        core.reopening.add(sid)
+        try:
+            # from here the retention's sweep leaves its checkpoint alone (is_dir below); cancelled while waiting
+            # for the lock, nothing is marked
+            await self._under_sweep_lock(lambda: self._resuming.add(sid), lambda: self._resuming.discard(sid))
+        except BaseException:
+            core.reopening.discard(sid)
+            raise
         before = dict(core.admitting)  # admissions that started earlier: this one counts them
         registered = core.admission(cp.meta["initiator"])  # and later ones count it
         try:
@@ -317,11 +322,44 @@ class Recovery:
             s = self.reopen(cp, begun=False, resumed=True)
         finally:
             core.reopening.discard(sid)
-            with self._sweep_lock:
-                self._resuming.discard(sid)
-            registered()
+            try:
+                await self._under_sweep_lock(lambda: self._resuming.discard(sid))
+            finally:
+                registered()
         await core.wait_ready(s)
         return s
+
+    async def _under_sweep_lock(self, fn: Callable[[], None], if_cancelled: Callable[[], None] | None = None) -> None:
+        """``fn()`` under the retention sweep's lock, taken off the event loop.  The sweep holds the lock in its
+        worker thread while it reads a checkpoint again and removes it (disk work: a large journal's folder takes a
+        while); a resume that took the lock on the event loop stalled every session of the party meanwhile.
+        Cancelled while it waits, the lock is still taken when the wait ends and ``if_cancelled`` (default ``fn``)
+        runs under it: exactly one of the two runs, under the lock, whatever happens."""
+        lock = self._sweep_lock
+
+        def then(acquired: asyncio.Future[bool], what: Callable[[], None]) -> None:
+            if acquired.cancelled():  # pragma: no cover - never started (the loop closing): take it here
+                with lock:
+                    what()
+                return
+            try:
+                what()
+            finally:
+                lock.release()
+
+        if lock.acquire(blocking=False):  # the usual case: no sweep is deciding right now
+            try:
+                fn()
+            finally:
+                lock.release()
+            return
+        acquired = asyncio.get_running_loop().run_in_executor(None, lock.acquire)
+        try:
+            await asyncio.shield(acquired)
+        except asyncio.CancelledError:
+            acquired.add_done_callback(lambda f: then(f, if_cancelled or fn))
+            raise
+        then(acquired, fn)
 
     # ------------------------------------------------------------ retention
     def sweep(self, live: set[str]) -> None:

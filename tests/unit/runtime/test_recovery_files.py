@@ -221,3 +221,91 @@ def test_a_resume_that_finished_while_the_sweep_ran_keeps_its_checkpoint(tmp_pat
 
     gone = sweep(sessions, retention=0.0, live=set(), now=time.time() - 1.0, lock=Racing())
     assert gone == [] and cp.dir.is_dir()
+
+
+def test_a_resume_waits_for_the_sweeps_lock_off_the_event_loop(tmp_path):
+    """The retention sweep holds its lock in a worker thread while it reads a checkpoint again and removes it; a
+    resume took the same lock on the event loop, so every session of the party stalled while a sweep removed a
+    large folder.  Here another thread holds the lock until the event loop has shown that it runs (a ticker
+    advanced five times) -- or for 10 s, if it never does: the resume must wait off the loop, then go on."""
+    core = _core(tmp_path)
+    core.reopening, core.admitting = set(), {}
+    core.admission = lambda initiator: (lambda: None)
+    cp = _create(core.sessions_dir)
+    cp.set_state("failed", resumable=True, failed_epoch=0.0)
+    cp.close()
+    recovery = _Recovery(core)
+    ticked, seen = threading.Event(), []
+
+    def hold():
+        ticked.wait(10)
+        seen.append(ticked.is_set())
+        recovery._sweep_lock.release()
+
+    async def main():
+        async def ticker():
+            for _ in range(5):
+                await asyncio.sleep(0.01)
+            ticked.set()
+
+        task = asyncio.ensure_future(ticker())
+        await recovery.resume_locally(cp)
+        await task
+
+    recovery._sweep_lock.acquire()
+    holder = threading.Thread(target=hold)
+    holder.start()
+    asyncio.run(main())
+    holder.join()
+    assert seen == [True], "the event loop stood still while the resume waited for the sweep's lock"
+    assert recovery.reopened == [cp.session_id] and not recovery._resuming and not core.reopening
+
+
+def test_a_resume_cancelled_while_it_waits_for_the_sweeps_lock_leaves_nothing_marked(tmp_path):
+    """Cancelled while the sweep holds the lock, the resume marks nothing once the lock comes free (a session left in
+    the resuming set would keep its checkpoint from the retention for ever), and the lock is released again."""
+    core = _core(tmp_path)
+    core.reopening, core.admitting = set(), {}
+    core.admission = lambda initiator: (lambda: None)
+    cp = _create(core.sessions_dir)
+    cp.set_state("failed", resumable=True, failed_epoch=0.0)
+    cp.close()
+    recovery = _Recovery(core)
+    ops: list[str] = []
+
+    class Marks(set):
+        def add(self, x):
+            ops.append("add")
+            super().add(x)
+
+        def discard(self, x):
+            ops.append("discard")
+            super().discard(x)
+
+    recovery._resuming = Marks()
+    held, release_now = threading.Event(), threading.Event()
+
+    def hold():
+        with recovery._sweep_lock:
+            held.set()
+            release_now.wait(10)
+
+    async def main():
+        task = asyncio.ensure_future(recovery.resume_locally(cp))
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        release_now.set()
+        for _ in range(1000):  # the deferred step: the lock taken, the marking undone under it, the lock released
+            if ops:
+                break
+            await asyncio.sleep(0.01)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    asyncio.run(main())
+    holder.join()
+    assert ops == ["discard"] and not recovery._resuming and not core.reopening and recovery.reopened == []
+    assert recovery._sweep_lock.acquire(timeout=10)
