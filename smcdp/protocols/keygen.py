@@ -39,17 +39,20 @@ two-party multiplication under ephemeral keys party 1 makes for the ceremony (pa
 Enc(y_1); party 2 answers Enc(x_1)^(y_2)·Enc(y_1)^(x_2)·Enc(e_2); party 1 decrypts), and values to open
 are then sent by party 1 to party 2.
 
-Every opening (steps 1, 2, 5, 6) is checked at every party against the range every honest opening lies in,
-and for n ≥ 3 each party's points are committed to before any is revealed (`_Ceremony.open_committed`,
-`check_opening`): a deviation that puts another party's secret into an opening's spare bits stops the ceremony,
-so what it shows concerns a modulus that is never a key.
+Every opening (steps 1, 2, 5, 6) is checked against the range every honest opening lies in -- for n ≥ 3 at every
+party, for n = 2 by party 1 before it sends party 2 anything -- and for n ≥ 3 each party's points are committed to
+before any is revealed (`_Ceremony.open_committed`, `check_opening`); the Jacobi factors of step 4 are committed
+too, for every n (`reveal_committed`).  A deviation that puts another party's secret into an opening's spare bits
+stops the ceremony, so what it shows concerns a modulus that is never a key, and no party can pass a modulus by
+choosing its Jacobi factor after the others'.
 
 Security model: **semi-honest**, any coalition of at most t parties (n ≥ 2t + 1 with BGW; for n = 2,
 one party, under DCR for the ephemeral keys); the key's decryption then tolerates malicious parties
 (proofs of correct partial decryption, :mod:`smcdp.crypto.threshold`).  Against a party that deviates during
-the ceremony it is **not maliciously secure**: the range checks leave it a shift inside an opening's range (a few
-bits at the masks' edges), with n = 2 party 1 encrypting an out-of-range value reads party 2's p and q mod M,
-and a deviating party can make the ceremony fail or produce a bad key undetected.  Nishide–Sakurai / Hazay et
+the ceremony it is **not maliciously secure**: the range checks leave it a shift inside an opening's range (a
+fraction of a bit to a few bits an opening, at the masks' edges), **with n = 2 a deviating party 1 factors the
+key** (its ciphertexts carry no range proof and it decrypts every product), and a deviating party can make the
+ceremony fail or produce a bad key undetected.  Nishide–Sakurai / Hazay et
 al. give the malicious version, which is not implemented (docs/crypto.md, "Assumptions").
 """
 
@@ -314,7 +317,7 @@ def traffic_envelope(params: KeygenParams) -> TrafficEnvelope:
     if n == 2:
         eph = ephemeral_key_bits(params)
         small, big = (eph["small"] + 4) // 4 + 8, (eph["big"] + 4) // 4 + 8  # a ciphertext mod n_e²
-        per_batch = [(1, 2 * k * small), (1, 2 * k * small), (1, ints(k, p_n)), (1, ints(k, bits))]
+        per_batch = [(1, 2 * k * small), (1, 2 * k * small), (1, ints(k, p_n)), (1, ints(k + 1, bits))]
         per_candidate = [(1, ints(params.jacobi_rounds, bits)), (1, 2 * big), (1, ints(1, p_big))]
         once += [(1, ints(2, eph["big"] + 8)), (2, 2 * big)]
     else:
@@ -328,7 +331,7 @@ def traffic_envelope(params: KeygenParams) -> TrafficEnvelope:
             commit,
             commit,
         ]
-        per_batch += [(peers, ints(3 * k, p_n)), (peers, ints(k + 1, p_n)), (peers, ints(k, bits))]
+        per_batch += [(peers, ints(3 * k, p_n)), (peers, ints(k + 1, p_n)), (peers, ints(k + 1, bits))]
         per_candidate = [
             (peers, ints(params.jacobi_rounds, bits)),
             (peers, ints(4, p_big)),
@@ -342,6 +345,11 @@ def traffic_envelope(params: KeygenParams) -> TrafficEnvelope:
     echo = (peers, ints(1, 256))
     per_batch += [echo, echo, echo] if n > 2 else [echo, echo]
     per_candidate += [echo, echo]
+    # the Jacobi factors' commitments (the first round's per batch, the remaining rounds' per candidate; their
+    # rows carry the nonce: k + 1 values, and jacobi_rounds − 1 + 1 above)
+    jacobi_commit = (peers, ints(1, 256))
+    per_batch += [jacobi_commit]
+    per_candidate += [jacobi_commit]
     once += [echo, echo, echo]
     messages = [(c * batches, size) for c, size in per_batch]
     messages += [(c * batches * k, size) for c, size in per_candidate]
@@ -544,26 +552,33 @@ class _Ceremony:
                 "changed; the ceremony stops"
             )
 
-    async def open_committed(self, step: str, mine: list[int], P: int) -> list[int]:
-        """Open Shamir-shared values (degree ≤ n − 1) at every party: each party first broadcasts a commitment to
-        its points (a SHA-256 digest with a 256-bit nonce), and reveals them only when it holds everyone's
-        commitment.  Without it a party could wait for the others' points, read the true opening -- with whatever
-        its inconsistent shares put into the field's spare bits -- and then choose its own point so that the
-        others open a value inside the honest range (a rushing party: the range checks after each opening would
-        not see it).  A revealed row that does not match its commitment stops the ceremony, naming its party.
-        Returns the opened values, signed."""
+    async def reveal_committed(self, step: str, values: list[int], bound_bits: int) -> list[list[int]]:
+        """Broadcast ``values`` (each below 2^bound_bits, bound_bits ≥ 256), committed first: every party broadcasts
+        a SHA-256 commitment (with a 256-bit nonce from its root) and reveals only when it holds everyone's, so no
+        party chooses what it sends after seeing what the others sent (a *rushing* party).  A revealed row that
+        does not match its commitment stops the ceremony, naming its party.  Returns every party's values by party
+        index (mine included).  Used for every opening (:meth:`open_committed`) and the Jacobi factors (step 4)."""
         tag = self.tag(step)
         nonce = self.rng["commit"].getrandbits(256)
-        digests = await self.broadcast(step + "/commit", [_commitment(tag, self.me, mine, nonce, P)], 256)
-        rows = await self.broadcast(step, [*mine, nonce], P.bit_length())
+        digests = await self.broadcast(step + "/commit", [_commitment(tag, self.me, values, nonce, bound_bits)], 256)
+        rows = await self.broadcast(step, [*values, nonce], bound_bits)
         for i, row in enumerate(rows, 1):
-            if i != self.me and _commitment(tag, i, row[:-1], row[-1], P) != digests[i - 1][0]:
+            if i != self.me and _commitment(tag, i, row[:-1], row[-1], bound_bits) != digests[i - 1][0]:
                 bad = BadOpening(
-                    f"{self.roles[i - 1]}'s points at {tag!r} are not the ones it committed to before the others "
+                    f"{self.roles[i - 1]}'s values at {tag!r} are not the ones it committed to before the others "
                     "revealed theirs: the ceremony stops"
                 )
                 bad.origin = self.ch.roles.get(self.roles[i - 1])
                 raise bad
+        return [row[:-1] for row in rows]
+
+    async def open_committed(self, step: str, mine: list[int], P: int) -> list[int]:
+        """Open Shamir-shared values (degree ≤ n − 1) at every party, each party's points committed before any is
+        revealed (:meth:`reveal_committed`).  Without it a party could wait for the others' points, read the true
+        opening -- with whatever its inconsistent shares put into the field's spare bits -- and then choose its own
+        point so that the others open a value inside the honest range (the range checks after each opening would
+        not see it).  Returns the opened values, signed."""
+        rows = await self.reveal_committed(step, mine, P.bit_length())
         return [self.open([rows[j][c] for j in range(self.n)], P) for c in range(len(mine))]
 
     def check_opening(self, step: str, values: list[int], bounds: tuple[int, int], culprit: int = 0) -> None:
@@ -726,14 +741,14 @@ class _Ceremony:
         return w
 
 
-def _commitment(tag: str, index: int, points: list[int], nonce: int, P: int) -> int:
-    """Party ``index``'s commitment to its points of an opening (`_Ceremony.open_committed`): SHA-256 over the tag,
-    the index, the points at the field's width and the nonce; hiding (the nonce) and binding (collision
-    resistance) in the random-oracle reading."""
-    width = (P.bit_length() + 7) // 8
+def _commitment(tag: str, index: int, values: list[int], nonce: int, bound_bits: int) -> int:
+    """Party ``index``'s commitment to the values it reveals at ``tag`` (`_Ceremony.reveal_committed`): SHA-256 over
+    the tag, the index, the values at the width of ``bound_bits`` and the nonce; hiding (the nonce) and binding
+    (collision resistance) in the random-oracle reading."""
+    width = (bound_bits + 7) // 8
     h = hashlib.sha256(b"smcdp/keygen/commit/v1\x00" + tag.encode() + b"\x00" + index.to_bytes(2, "big"))
-    h.update(len(points).to_bytes(4, "big"))
-    for v in points:
+    h.update(len(values).to_bytes(4, "big"))
+    for v in values:
         h.update(int(v).to_bytes(width, "big"))
     nonce_bytes = int(nonce).to_bytes(max(32, (int(nonce).bit_length() + 7) // 8), "big")  # a peer's may be longer
     h.update(len(nonce_bytes).to_bytes(4, "big") + nonce_bytes)
@@ -815,7 +830,9 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
     ch.progress(step=f"biprimality, {counts['candidates']} of ~{st.expected} candidates tried")
     counts["tests"] += len(alive)
     first = [_jacobi_share(me, Ns[c], ps[c], qs[c], _hash_to_jacobi_one(Ns[c], c, 0)) for c in alive]
-    got = await st.broadcast("jacobi/0", first, bits)
+    # committed before revealed: a party that saw the others' factors first could publish the inverse of their
+    # product and pass any N it has found a factor of (a review: a non-biprime key whose factor it knew)
+    got = await st.reveal_committed("jacobi/0", first, bits)
     await st.agree("jacobi/0", [v for row in got for v in row])
     passing = [c for idx, c in enumerate(alive) if _jacobi_passes(Ns[c], [row[idx] for row in got])]
     for c in passing:
@@ -824,7 +841,7 @@ async def _candidate_batch(st: _Ceremony, counts: dict[str, int]) -> tuple[int, 
         rest = [
             _jacobi_share(me, N, ps[c], qs[c], _hash_to_jacobi_one(N, c, r)) for r in range(1, params.jacobi_rounds)
         ]
-        got = await st.broadcast(f"jacobi/rest/{c}", rest, bits)
+        got = await st.reveal_committed(f"jacobi/rest/{c}", rest, bits)
         await st.agree(f"jacobi/rest/{c}", [v for row in got for v in row])
         if not all(_jacobi_passes(N, [row[r] for row in got]) for r in range(len(rest))):
             continue

@@ -246,7 +246,6 @@ def _equivocate(sender: str, to: str, tag_end: str):
 @pytest.mark.parametrize(
     ("n", "sender", "to", "tag_end"),
     [
-        (3, "party3", "party1", "/jacobi/0"),  # party1 would take other candidates through the later rounds
         (2, "party1", "party2", "/n/open"),  # n = 2: party1 tells party2 another N than its own
     ],
 )
@@ -263,15 +262,23 @@ def test_parties_whose_views_of_an_opening_differ_stop_at_once(n, sender, to, ta
     assert exc.value.code == "ABORTED" and tag_end.removesuffix("/open").strip("/") in str(exc.value)
 
 
-def test_points_revealed_other_than_committed_stop_the_ceremony_naming_their_party():
-    """n ≥ 3: a party's points of an opening are committed to before anyone reveals (_Ceremony.open_committed);
-    party1 reveals to party2 a point other than the one it committed to: party2 refuses it, naming party1, before
-    it opens anything with it."""
+@pytest.mark.parametrize(
+    ("n", "sender", "to", "tag_end"),
+    [
+        (3, "party1", "party2", "/theta/open"),  # an opening's point (step 6)
+        (3, "party3", "party1", "/jacobi/0"),  # a Jacobi factor (step 4): party1 would take other candidates on
+        (2, "party2", "party1", "/jacobi/0"),
+    ],
+)
+def test_values_revealed_other_than_committed_stop_the_ceremony_naming_their_party(n, sender, to, tag_end):
+    """What a party reveals at an opening or a Jacobi round is committed to before anyone reveals
+    (_Ceremony.reveal_committed); a party that reveals to another something other than it committed to is refused and
+    named before anything is computed with it."""
     from smcdp.protocols.keygen import BadOpening
 
     with pytest.raises(BadOpening, match="not the ones it committed to") as exc:
-        _run(3, 1, tamper=_equivocate("party1", "party2", "/theta/open"))
-    assert exc.value.code == "INVALID_ARGUMENT" and exc.value.origin == "org1"
+        _run(n, 1, tamper=_equivocate(sender, to, tag_end))
+    assert exc.value.code == "INVALID_ARGUMENT" and exc.value.origin == f"org{sender[5:]}"
 
 
 def test_a_party_that_commits_and_reveals_other_points_to_one_party_stops_the_ceremony(monkeypatch):
@@ -285,7 +292,9 @@ def test_a_party_that_commits_and_reveals_other_points_to_one_party_stops_the_ce
                 return await super().open_committed(step, mine, P)
             tag, nonce = self.tag(step), self.rng["commit"].getrandbits(256)
             rows = [mine if j != 2 else [(mine[0] + 1) % P, *mine[1:]] for j in range(1, self.n + 1)]
-            await self.exchange(step + "/commit", [[kg._commitment(tag, 1, row, nonce, P)] for row in rows], 256)
+            await self.exchange(
+                step + "/commit", [[kg._commitment(tag, 1, row, nonce, P.bit_length())] for row in rows], 256
+            )
             got = await self.exchange(step, [[*row, nonce] for row in rows], P.bit_length())
             return [self.open([got[j][c] for j in range(self.n)], P) for c in range(len(mine))]
 

@@ -8,8 +8,9 @@ against the range every honest opening lies in, and n ≥ 3 parties commit to th
 in-range value); with n = 2, party 1 checks a product before it sends it.  A deviation that reaches an opening's
 spare bits stops the ceremony, so what it showed concerns a modulus that is never used.
 
-What stays open (the docs say so): the ceremony is not maliciously secure -- a shift kept inside an opening's
-range, bad keys, and with n = 2 party 1's own out-of-range encryptions in step 1 (p and q mod M)."""
+The Jacobi factors of step 4 are committed too (a party that saw the others' first passed any N it knew a factor
+of).  What stays open (the docs say so): the ceremony is not maliciously secure -- a shift kept inside an opening's
+range, bad keys, and with n = 2 a deviating party 1 factors the key (no range proofs of its ciphertexts)."""
 
 from __future__ import annotations
 
@@ -87,7 +88,9 @@ def _review_attack(seen: dict, *, rushing: bool):
                 seen[step] = (mask, W % P, Y % P, P, L)
             else:
                 tag, nonce = self.tag(step + "/open"), self.rng["commit"].getrandbits(256)
-                await self.broadcast(step + "/open/commit", [kg._commitment(tag, self.me, [mine], nonce, P)], 256)
+                await self.broadcast(
+                    step + "/open/commit", [kg._commitment(tag, self.me, [mine], nonce, P.bit_length())], 256
+                )
                 got_rows = await self.ch.recv_all(self.others, tag, kg.pb.BigInts)  # the honest points come first
                 pts = [
                     mine
@@ -195,3 +198,41 @@ def test_two_parties_a_multiplier_beyond_its_range_is_refused_before_party1_open
         assert abs(view["read"] - psi_1) >= abs(psi_1) >> 30, "party 2 read party 1's ψ_1 to 30 bits"
     assert exc.value.origin == "org2" and "gcd/" in str(exc.value)
     assert "read" not in view  # party 1 sent nothing
+
+
+def test_a_party_cannot_pass_a_modulus_by_publishing_its_jacobi_factor_after_the_others(monkeypatch):
+    """A review (2026-12-06): the Jacobi factors of step 4 were broadcast uncommitted, so a party that waited for the
+    others' factors could publish the inverse of their product and pass any N -- one it had found a small factor of
+    (Pollard rho, ECM) became the group key, and the party read every plaintext mod that factor.  Here party 2 does
+    it for the first candidate of the first round; its factor is not the one it committed to before the others
+    revealed, so they refuse it and name it."""
+
+    class Rushing(kg._Ceremony):
+        async def reveal_committed(self, step, values, bound_bits):
+            if self.me != ATTACKER or step != "jacobi/0":
+                return await super().reveal_committed(step, values, bound_bits)
+            tag, nonce = self.tag(step), self.rng["commit"].getrandbits(256)
+            await self.broadcast(step + "/commit", [kg._commitment(tag, self.me, values, nonce, bound_bits)], 256)
+            got = await self.ch.recv_all(self.others, tag, kg.pb.BigInts)  # the honest factors first
+            rows = {
+                i: kg.from_bigints(got[role], count=len(values) + 1, bound_bits=bound_bits, what=tag)[:-1]
+                for i, role in enumerate(self.roles, 1)
+                if i != self.me
+            }
+            N, prod = self.first_alive_n, 1
+            for row in rows.values():
+                prod = prod * row[0] % N
+            mine = [int(gmpy2.invert(prod, N)), *values[1:]]  # the round passes for that N
+            for role in self.others:
+                await self.ch.send(role, tag, kg.bigints([*mine, nonce]))
+            return [mine if i == self.me else rows[i] for i in range(1, self.n + 1)]
+
+        async def open_products(self, step, xs, ys, P, bounds, mask=0, s=None):
+            w = await super().open_products(step, xs, ys, P, bounds, mask, s)
+            if step == "n":
+                self.first_alive_n = next(v for v in w if gmpy2.gcd(v, kg.TRIAL_PRODUCT) == 1)
+            return w
+
+    with pytest.raises(kg.BadOpening, match="not the ones it committed to") as exc:
+        _run(monkeypatch, Rushing, 3, 1, 256)
+    assert exc.value.origin == f"org{ATTACKER}" and "jacobi/0" in str(exc.value)
