@@ -230,7 +230,7 @@ def test_a_resume_waits_for_the_sweeps_lock_off_the_event_loop(tmp_path):
     advanced five times) -- or for 10 s, if it never does: the resume must wait off the loop, then go on."""
     core = _core(tmp_path)
     core.reopening, core.admitting = set(), {}
-    core.admission = lambda initiator: (lambda: None)
+    core.admission = lambda initiator: lambda: None
     cp = _create(core.sessions_dir)
     cp.set_state("failed", resumable=True, failed_epoch=0.0)
     cp.close()
@@ -266,7 +266,7 @@ def test_a_resume_cancelled_while_it_waits_for_the_sweeps_lock_leaves_nothing_ma
     the resuming set would keep its checkpoint from the retention for ever), and the lock is released again."""
     core = _core(tmp_path)
     core.reopening, core.admitting = set(), {}
-    core.admission = lambda initiator: (lambda: None)
+    core.admission = lambda initiator: lambda: None
     cp = _create(core.sessions_dir)
     cp.set_state("failed", resumable=True, failed_epoch=0.0)
     cp.close()
