@@ -37,6 +37,11 @@ from smcdp.protocols.keygen import (
 )
 
 PROTOCOL = "key-ceremony"
+#: what party 2 of a two-party ceremony risks, as the summary's ``reveals`` names it: the two-party products carry no
+#: proof that party 1's ciphertexts hold its shares in range, and party 1 decrypts every product, so a party 1 that
+#: deviates learns p and q (docs/crypto.md, "Assumptions") -- party 2's policy decides (``allow_reveal``), not the
+#: proposer who chose two parties
+TWO_PARTY_REVEAL = "key-to-deviating-party1"
 #: the default candidate budget, in multiples of the expected count: the count is about geometric, so a
 #: ceremony runs out of candidates with probability about e^-30
 CANDIDATE_MARGIN = 30
@@ -126,6 +131,7 @@ class KeyCeremonyPlugin(ProtocolPlugin):
             # the biprimality test's rounds: fewer let a modulus that is no RSA modulus through more often
             # (2^-rounds a candidate), so a party's min_hiding decides below the default, not the proposer
             hiding=hiding_of(p, ("jacobi_rounds",)),
+            reveals={"party2": (TWO_PARTY_REVEAL,)} if p.parties == 2 else {},
         )
 
     def traffic_envelope(

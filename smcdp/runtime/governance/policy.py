@@ -660,6 +660,7 @@ def evaluate(
             )
     if not summary.data_roles:  # a protocol on no party's data (the key ceremony): its hiding protects everyone
         _check_hiding(ask, rules, summary)
+        _check_reveals(ask, rules, summary, role)  # the key ceremony's party 2 of two (smcdp.plugins.keygen)
     if role not in summary.data_roles:
         return
     _check_where_its_data_goes(ask, rules, summary, role, roles)
@@ -847,6 +848,19 @@ def _check_hiding(ask: _Asking, rules: ProtocolRules, summary: SessionSummary) -
             )
 
 
+def _check_reveals(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str) -> None:
+    """What the session shows a peer of this party's inputs (SessionSummary.reveals), by name: only what its
+    ``allow_reveal`` names."""
+    shown = [name for name in summary.reveals.get(role, ()) if name not in (rules.allow_reveal or ())]
+    if shown:
+        raise ask.deny(
+            f"{ask.base}.allow_reveal",
+            f"the session shows a peer its {', '.join(repr(n) for n in shown)} in the clear; it allows "
+            + (", ".join(repr(n) for n in rules.allow_reveal) if rules.allow_reveal else "nothing")
+            + f" (allow_reveal = [{', '.join(repr(n) for n in shown)}] admits it)",
+        )
+
+
 def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: SessionSummary, role: str) -> None:
     """The privacy cost, the public record bound, the components and frames per round."""
     base = ask.base
@@ -907,14 +921,7 @@ def _check_how_much_it_shows(ask: _Asking, rules: ProtocolRules, summary: Sessio
             "owner can check: docs/crypto.md, 'Subgroup keys'); it allows none (allow_subgroup_key = true "
             "admits them)",
         )
-    shown = [name for name in summary.reveals.get(role, ()) if name not in (rules.allow_reveal or ())]
-    if shown:
-        raise ask.deny(
-            f"{base}.allow_reveal",
-            f"the session shows a peer its {', '.join(repr(n) for n in shown)} in the clear; it allows "
-            + (", ".join(repr(n) for n in rules.allow_reveal) if rules.allow_reveal else "nothing")
-            + f" (allow_reveal = [{', '.join(repr(n) for n in shown)}] admits it)",
-        )
+    _check_reveals(ask, rules, summary, role)
     frames = summary.frames_per_round.get(role)
     limit = rules.max_frames_per_round or 1
     if frames is not None and frames > limit:

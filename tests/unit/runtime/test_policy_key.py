@@ -35,14 +35,14 @@ def _eval(policy, roles=ROLES2, key_groups=None, **params):
     return _evaluate(policy, summary, roles, key_groups)
 
 
-def _evaluate(policy, summary, roles, key_groups=None):
-    """alice (party1) asked by trent to take part in the session ``summary`` describes."""
+def _evaluate(policy, summary, roles, key_groups=None, role="party1", initiator="trent"):
+    """alice (``role``, party1 by default) asked by ``initiator`` to take part in the session ``summary`` describes."""
     evaluate(
         policy,
         me="alice",
         session_id="s1",
-        initiator="trent",
-        role="party1",
+        initiator=initiator,
+        role=role,
         roles=roles,
         summary=summary,
         allow_insecure_keys=False,
@@ -264,3 +264,42 @@ def test_dp_aggregates_shared_noise_has_a_group_key_mode_which_a_threshold_polic
         _evaluate(parse_policy(tomllib.loads(text)["policy"], "alice", peers), summary, roles)
     assert ei.value.rule == "policy.dp-aggregate.max_noise_parties" and "min_threshold" in str(ei.value)
     _evaluate(parse_policy(tomllib.loads(text + "min_threshold = 1\n")["policy"], "alice", peers), summary, roles)
+
+
+CEREMONY = """
+[policy.key-ceremony]
+roles = ["party*"]
+initiators = ["bob"]
+"""
+
+
+@pytest.mark.parametrize(
+    ("parties", "role", "allow", "refused"),
+    [
+        (2, "party2", "", True),  # party 2 of two: a deviating party 1 factors the key (docs/crypto.md, "Assumptions")
+        (2, "party2", 'allow_reveal = ["key-to-deviating-party1"]\n', False),  # its policy's decision
+        (2, "party1", "", False),  # party 1 is protected against party 2 (range checks before it opens anything)
+        (3, "party2", "", False),  # three or more: BGW with committed, range-checked openings
+    ],
+)
+def test_party2_of_a_two_party_ceremony_takes_part_only_where_its_policy_allows(parties, role, allow, refused):
+    """With two parties the ceremony's products carry no proof that party 1's ciphertexts hold its shares in range
+    and party 1 decrypts every product, so a deviating party 1 factors the group key (a review, 2026-12-06).  That
+    weakens party 2's guarantee, so party 2's policy decides (the summary's reveals, allow_reveal), not the proposer
+    who chose two parties."""
+    plugin = get_plugin("key-ceremony")
+    names = ["bob", "alice", "carol"][:parties] if role == "party2" else ["alice", "bob", "carol"][:parties]
+    roles = {f"party{i}": n for i, n in enumerate(names, 1)}
+    params = plugin.validate_params({"group": "g", "parties": parties, "threshold": 1, "key_bits": 2048}, roles)
+    summary = plugin.summary(params, roles)
+    policy = parse_policy(tomllib.loads(CEREMONY + allow)["policy"], "alice", PEERS)
+
+    def ask():
+        _evaluate(policy, summary, roles, role=role, initiator="bob")
+
+    if refused:
+        with pytest.raises(PolicyDenied) as ei:
+            ask()
+        assert ei.value.rule == "policy.key-ceremony.allow_reveal" and "key-to-deviating-party1" in str(ei.value)
+    else:
+        ask()
