@@ -223,18 +223,23 @@ def test_a_resume_that_finished_while_the_sweep_ran_keeps_its_checkpoint(tmp_pat
     assert gone == [] and cp.dir.is_dir()
 
 
-def test_a_resume_waits_for_the_sweeps_lock_off_the_event_loop(tmp_path):
-    """The retention sweep holds its lock in a worker thread while it reads a checkpoint again and removes it; a
-    resume took the same lock on the event loop, so every session of the party stalled while a sweep removed a
-    large folder.  Here another thread holds the lock until the event loop has shown that it runs (a ticker
-    advanced five times) -- or for 10 s, if it never does: the resume must wait off the loop, then go on."""
+def _resumable(tmp_path):
+    """A core that admits a resume, a resumably failed checkpoint in it, and a recording Recovery."""
     core = _core(tmp_path)
     core.reopening, core.admitting = set(), {}
     core.admission = lambda initiator: lambda: None
     cp = _create(core.sessions_dir)
     cp.set_state("failed", resumable=True, failed_epoch=0.0)
     cp.close()
-    recovery = _Recovery(core)
+    return core, cp, _Recovery(core)
+
+
+def test_a_resume_waits_for_the_sweeps_lock_off_the_event_loop(tmp_path):
+    """The retention sweep holds its lock in a worker thread while it reads a checkpoint again and removes it; a
+    resume took the same lock on the event loop, so every session of the party stalled while a sweep removed a
+    large folder.  Here another thread holds the lock until the event loop has shown that it runs (a ticker
+    advanced five times) -- or for 10 s, if it never does: the resume must wait off the loop, then go on."""
+    core, cp, recovery = _resumable(tmp_path)
     ticked, seen = threading.Event(), []
 
     def hold():
@@ -264,13 +269,7 @@ def test_a_resume_waits_for_the_sweeps_lock_off_the_event_loop(tmp_path):
 def test_a_resume_cancelled_while_it_waits_for_the_sweeps_lock_leaves_nothing_marked(tmp_path):
     """Cancelled while the sweep holds the lock, the resume marks nothing once the lock comes free (a session left in
     the resuming set would keep its checkpoint from the retention for ever), and the lock is released again."""
-    core = _core(tmp_path)
-    core.reopening, core.admitting = set(), {}
-    core.admission = lambda initiator: lambda: None
-    cp = _create(core.sessions_dir)
-    cp.set_state("failed", resumable=True, failed_epoch=0.0)
-    cp.close()
-    recovery = _Recovery(core)
+    core, cp, recovery = _resumable(tmp_path)
     ops: list[str] = []
 
     class Marks(set):
