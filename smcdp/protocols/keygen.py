@@ -312,8 +312,11 @@ def traffic_envelope(params: KeygenParams) -> TrafficEnvelope:
     batches = -(-params.max_candidates // k)
     peers = n - 1
     shares = share_bound_bits(params.d_bits, n, params.threshold, dealers=n)
+    # a 256-bit digest from every peer: the echo after each opening (_Ceremony.agree), and the commitment before each
+    # committed reveal (_Ceremony.reveal_committed), whose rows then carry the 256-bit nonce as one value more
+    digest = (peers, ints(1, 256))
     once = [(peers, ints(2, 2 * bits)), (2 * peers, ints(4, p_big)), (2 * peers, ints(2, p_big))]
-    once += [(peers, ints(params.threshold + 1, 2 * bits + 2)), (peers, ints(1, shares)), (peers, ints(1, 256))]
+    once += [(peers, ints(params.threshold + 1, 2 * bits + 2)), (peers, ints(1, shares)), digest]
     if n == 2:
         eph = ephemeral_key_bits(params)
         small, big = (eph["small"] + 4) // 4 + 8, (eph["big"] + 4) // 4 + 8  # a ciphertext mod n_e²
@@ -321,36 +324,20 @@ def traffic_envelope(params: KeygenParams) -> TrafficEnvelope:
         per_candidate = [(1, ints(params.jacobi_rounds, bits)), (1, 2 * big), (1, ints(1, p_big))]
         once += [(1, ints(2, eph["big"] + 8)), (2, 2 * big)]
     else:
-        # an opening's points carry the committed nonce, and a commitment (a 256-bit digest from every peer)
-        # precedes each: the sieve's and N's per batch, the gcd test's per candidate, the exponent's once
-        commit = (peers, ints(1, 256))
-        per_batch = [
-            (peers, ints(4 * k, p_sieve)),
-            (peers * peers, ints(2 * k, p_sieve)),
-            (peers, ints(2 * k + 1, p_sieve)),
-            commit,
-            commit,
-        ]
+        # committed openings: the sieve's and N's per batch, the gcd test's per candidate, the exponent's once
+        per_batch = [(peers, ints(4 * k, p_sieve)), (peers * peers, ints(2 * k, p_sieve))]
+        per_batch += [(peers, ints(2 * k + 1, p_sieve)), digest, digest]
         per_batch += [(peers, ints(3 * k, p_n)), (peers, ints(k + 1, p_n)), (peers, ints(k + 1, bits))]
-        per_candidate = [
-            (peers, ints(params.jacobi_rounds, bits)),
-            (peers, ints(4, p_big)),
-            (peers, ints(2, p_big)),
-            commit,
-        ]
+        per_candidate = [(peers, ints(params.jacobi_rounds, bits)), (peers, ints(4, p_big))]
+        per_candidate += [(peers, ints(2, p_big)), digest]
         once += [(2 * peers, ints(1, 256))]  # the exponent's commitment (a retry of it included)
-    # the echo after each opening (_Ceremony.agree): a 256-bit digest to every peer -- after the sieve's opening
-    # (n ≥ 3), N's and the first Jacobi round (per batch), after the remaining rounds and the gcd test (per
-    # candidate), and after the exponent's opening (a retry of it included, below)
-    echo = (peers, ints(1, 256))
-    per_batch += [echo, echo, echo] if n > 2 else [echo, echo]
-    per_candidate += [echo, echo]
-    # the Jacobi factors' commitments (the first round's per batch, the remaining rounds' per candidate; their
-    # rows carry the nonce: k + 1 values, and jacobi_rounds − 1 + 1 above)
-    jacobi_commit = (peers, ints(1, 256))
-    per_batch += [jacobi_commit]
-    per_candidate += [jacobi_commit]
-    once += [echo, echo, echo]
+    # the echoes -- after the sieve's opening (n ≥ 3), N's and the first Jacobi round (per batch), after the remaining
+    # rounds and the gcd test (per candidate), after the exponent's opening (a retry of it included) -- and the Jacobi
+    # factors' commitments (the first round's per batch, the remaining rounds' per candidate; their rows' nonce is
+    # counted above: k + 1 values, and jacobi_rounds − 1 + 1)
+    per_batch += [digest] * (4 if n > 2 else 3)
+    per_candidate += [digest] * 3
+    once += [digest] * 3
     messages = [(c * batches, size) for c, size in per_batch]
     messages += [(c * batches * k, size) for c, size in per_candidate]
     return TrafficEnvelope.from_messages(
