@@ -5,15 +5,18 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 OUT    ?= out
 
-.PHONY: all install demo test test-quick proto proto-check bench fuzz fault-campaign experiments multihost-test docker-image docker-lock \
+.PHONY: all install demo test test-quick proto proto-check bench fuzz fault-campaign experiments multihost-test docker-image docker-lock constraints \
         container-test wheel-test lint docs notebook-test clean
 
 all: test
 
-$(STAMP): pyproject.toml setup.py smcdp/crypto/_mont.c
+## Every extra, at the versions constraints.txt pins: the environment CI tested, not whatever PyPI serves that
+## day (a grpcio-tools release once failed CI on unchanged code).  `make constraints` moves them.
+EXTRAS := test,dev,packaging,lint,docs,notebook
+$(STAMP): pyproject.toml setup.py smcdp/crypto/_mont.c constraints.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,dev,packaging,lint,docs,notebook]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[$(EXTRAS)]'
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -93,6 +96,18 @@ docker-image:
 docker-lock:
 	PYTHON='$(PYTHON)' deploy/image/lock.sh
 
+## Regenerate constraints.txt: every extra resolved afresh from pyproject.toml in a throwaway venv, frozen.
+## Commit it on its own, after `make test` passes on it (CONTRIBUTING.md, "Dependencies").
+constraints:
+	rm -rf $(OUT)/constraints-venv
+	$(PYTHON) -m venv $(OUT)/constraints-venv
+	$(OUT)/constraints-venv/bin/python -m pip install --quiet --upgrade pip
+	$(OUT)/constraints-venv/bin/python -m pip install --quiet '.[$(EXTRAS)]'
+	{ echo "# The versions make install and make wheel-test use (pip -c): every extra of pyproject.toml as one"; \
+	  echo "# resolution, frozen by 'make constraints' on $$(date -u +%Y-%m-%d) with $$($(PYTHON) --version)."; \
+	  $(OUT)/constraints-venv/bin/python -m pip freeze --exclude-editable | grep -v '^smcdp[ =@]'; } > constraints.txt
+	rm -rf $(OUT)/constraints-venv
+
 ## The party image built and run: base image, image, one container per party from `smcdp deploy
 ## init` bundles, every protocol, confinement, SIGTERM, restart, docker-compose against podman's
 ## socket.  Needs root, podman, runc, debootstrap, docker-compose (.ci/run installs them).
@@ -120,7 +135,7 @@ notebook-test: $(STAMP)
 ## The wheel as users get it (issue 39): python -m build, installed into a fresh venv outside the
 ## repository; smcdp --version, the demo on the bundled data, a DP learner, the pure fallback.
 wheel-test: $(STAMP)
-	tests/packaging/wheel_test.sh $(abspath $(BIN))/python
+	PIP_ARGS='-c $(abspath constraints.txt)' tests/packaging/wheel_test.sh $(abspath $(BIN))/python
 
 clean:
 	rm -rf $(VENV) $(OUT) build *.egg-info .pytest_cache
