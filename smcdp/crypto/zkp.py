@@ -36,9 +36,15 @@ cost to detect (docs/security.md):
 Challenges are ``CHALLENGE_BITS`` = 128-bit Fiat–Shamir hashes of the
 statement and a caller-supplied context (session, purpose), so a proof cannot
 be replayed into another session.  Soundness needs 2^128 below the smallest
-prime factor of n: true for every key a party accepts outside tests (primes
-of ≥ 1024 bits), and for the test keys too (≥ 128-bit primes from 256-bit
-moduli up).  The proofs' nonces come from
+prime factor of n: true of every key an honest owner makes (primes of ≥ 1024
+bits; the test keys' ≥ 128-bit primes from 256-bit moduli up), **not checked
+of a key the prover made**: a verifier checks a peer's modulus for its size
+only, so an owner who put a small prime r in n passes a bit proof of a
+non-bit after about r hashes of grinding, and with r | p − 1 reads a
+verifier's exponents modulo r through a character that n-th powers cannot
+touch (tests/unit/crypto/test_crafted_modulus.py, a strict expected failure;
+docs/security.md, dp-aggregate's malformed ζ).  A proof that the modulus is
+well formed would close it (not built).  The proofs' nonces come from
 ``secrets`` -- like encryption obfuscators, never from a seedable generator:
 a predictable nonce would reveal which branch of an OR-proof is real (or the
 witness of a proof of knowledge) -- or from a secret stream mixed with the
