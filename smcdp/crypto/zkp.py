@@ -42,9 +42,12 @@ of a key the prover made**: a verifier checks a peer's modulus for its size
 only, so an owner who put a small prime r in n passes a bit proof of a
 non-bit after about r hashes of grinding, and with r | p − 1 reads a
 verifier's exponents modulo r through a character that n-th powers cannot
-touch (tests/unit/crypto/test_crafted_modulus.py, a strict expected failure;
-docs/security.md, dp-aggregate's malformed ζ).  A proof that the modulus is
-well formed would close it (not built).  The proofs' nonces come from
+touch (tests/unit/crypto/test_crafted_modulus.py, a strict expected failure).
+Under a key its prover made, use :func:`prove_bit_any_key` /
+:func:`verify_bit_any_key` instead: chunked challenges, sound for any modulus
+without a prime factor below 2^16, which the verifier checks (dp-aggregate's
+indicator under Charlie's ζ).  Speaker identification's :func:`verify_bits`
+under Bob's ζ still leans on the modulus (docs/protocols/speaker.md).  The proofs' nonces come from
 ``secrets`` -- like encryption obfuscators, never from a seedable generator:
 a predictable nonce would reveal which branch of an OR-proof is real (or the
 witness of a proof of knowledge) -- or from a secret stream mixed with the
@@ -759,3 +762,110 @@ def verify_bits_many(pk: PublicKey, statements: Sequence[tuple[Sequence[int], Se
     lhs = powmod(multi_exp([z for z, _ in zs], [lam for _, lam in zs], n), n, n2)
     rhs = multi_exp([a for a, _ in commit], [lam for _, lam in commit], n2) * multi_exp(bases, exps, n2) % n2
     return lhs == rhs
+
+
+# --------------------------------------------------------------------------- a bit under the prover's own key
+#: A bit proof under a key its *prover* made (dp-aggregate's ζ, Charlie's own) cannot lean on the modulus: a
+#: 128-bit challenge is sound only if n has no prime factor below 2^128, and nobody checks that of a key its owner
+#: made (tests/unit/crypto/test_crafted_modulus.py: n = p·q·r with r | p − 1 passes :func:`verify_bit` after
+#: about r hashes).  :func:`prove_bit_any_key` cuts the challenge into ``ANY_KEY_CHUNKS`` chunks of
+#: ``ANY_KEY_CHUNK_BITS`` bits, each answered by a repetition of its own, and :func:`verify_bit_any_key` refuses a
+#: modulus with a prime factor below 2^ANY_KEY_CHUNK_BITS.  Why that is sound for any modulus: the quotient of
+#: Z*_(n²) by its n-th powers has order |{x : x^n = 1}|, whose primes all divide n (Cauchy), hence are above
+#: 2^ANY_KEY_CHUNK_BITS; two answers with one commitment to chunk values that differ give u_b^Δ = (z/z')^n with
+#: 0 < |Δ| < 2^ANY_KEY_CHUNK_BITS, Δ invertible modulo that order, so u_b itself is an n-th power: c = g^b·w^n
+#: exactly -- no character of the group can see anything in c that g^b and n-th powers do not carry.
+ANY_KEY_CHUNK_BITS = 16
+ANY_KEY_CHUNKS = -(-CHALLENGE_BITS // ANY_KEY_CHUNK_BITS)
+_CHUNK_MASK = (1 << ANY_KEY_CHUNK_BITS) - 1
+_ANY_KEY_DOMAIN = b"smcdp/zkp/bit-any-key/v1\x00"
+#: the product of every prime up to 2^ANY_KEY_CHUNK_BITS (94,000 bits): one gcd trial-divides a modulus by all
+_SMALL_PRIMES = gmpy2.primorial(1 << ANY_KEY_CHUNK_BITS)
+
+
+def no_small_factor(n: int) -> bool:
+    """True iff ``n`` has no prime factor up to 2^:data:`ANY_KEY_CHUNK_BITS` (what :func:`verify_bit_any_key` needs)."""
+    return n > 1 and gmpy2.gcd(mpz(n), _SMALL_PRIMES) == 1
+
+
+def bit_proof_any_key_size(key_bits: int) -> int:
+    """The bytes of a :func:`prove_bit_any_key` proof as a BigInts message, at most (for traffic envelopes)."""
+    return 2 * ANY_KEY_CHUNKS * ((key_bits + 7) // 8 + 8) + 2 * ANY_KEY_CHUNKS * 8 + 32
+
+
+def _any_key_challenge(pk: PublicKey, context: bytes, c: mpz, a0: Sequence[mpz], a1: Sequence[mpz]) -> list[int]:
+    h = hashlib.sha256()
+    h.update(_ANY_KEY_DOMAIN + len(context).to_bytes(4, "big") + context)
+    h.update(pk.fingerprint)
+    for v in (c, *a0, *a1):
+        b = int(v).to_bytes((int(v).bit_length() + 7) // 8 or 1, "big")
+        h.update(len(b).to_bytes(4, "big") + b)
+    x = int.from_bytes(h.digest(), "big")
+    return [(x >> (ANY_KEY_CHUNK_BITS * i)) & _CHUNK_MASK for i in range(ANY_KEY_CHUNKS)]
+
+
+def prove_bit_any_key(sk: PrivateKey, c: int, bit: int, context: bytes, rng: random.Random | None = None) -> list[int]:
+    """Proof that ``c`` encrypts ``bit`` ∈ {0, 1} that holds whatever the modulus (see above): the disjunctive
+    proof of :func:`prove_bit` repeated ``ANY_KEY_CHUNKS`` times, chunk i of one Fiat–Shamir hash its challenge.
+    Returned as the chunks' challenges and responses, e_0 (one per chunk), e_1, z_0, z_1: 4·ANY_KEY_CHUNKS integers
+    (the verifier recomputes the commitments).  Witness-indistinguishable, its nonces from the OS CSPRNG or from
+    ``rng``, a secret stream for this statement only (a replayed prover sends the same proof)."""
+    if bit not in (0, 1):
+        raise ValueError("a bit proof is for 0 or 1")
+    return _prove_bit_any_key_with(sk.public_key, mpz(c), bit, randomness_of(sk, c, bit), context, rng)
+
+
+def _prove_bit_any_key_with(
+    pk: PublicKey, c: mpz, bit: int, r: mpz, context: bytes, rng: random.Random | None = None
+) -> list[int]:
+    """:func:`prove_bit_any_key` from the encryption's randomness r (c = g^bit·r^n)."""
+    n, n2 = pk.n, pk.nsquare
+    us = [c, c * (1 - n) % n2]  # c·g^-0, c·g^-1
+    fake = 1 - bit
+    inv_fake = gmpy2.invert(us[fake], n2)
+    draw = secrets.randbits if rng is None else rng.getrandbits
+    m = ANY_KEY_CHUNKS
+    a: list[list[mpz]] = [[mpz(0)] * m, [mpz(0)] * m]
+    e: list[list[int]] = [[0] * m, [0] * m]
+    z: list[list[mpz]] = [[mpz(0)] * m, [mpz(0)] * m]
+    rhos = []
+    for i in range(m):
+        rho, a[bit][i] = _nonce_unit(pk, False, draw, lambda: _unit_below(n, rng))
+        rhos.append(rho)
+        e[fake][i] = draw(ANY_KEY_CHUNK_BITS)
+        z[fake][i], zn = _nonce_unit(pk, False, draw, lambda: _unit_below(n, rng))
+        a[fake][i] = zn * powmod(inv_fake, e[fake][i], n2) % n2
+    total = _any_key_challenge(pk, context, c, a[0], a[1])
+    for i in range(m):
+        e[bit][i] = (total[i] - e[fake][i]) & _CHUNK_MASK
+        z[bit][i] = rhos[i] * powmod(r, e[bit][i], n) % n
+    return [*e[0], *e[1], *(int(x) for x in z[0]), *(int(x) for x in z[1])]
+
+
+def verify_bit_any_key(pk: PublicKey, c: int, proof: Sequence[int], context: bytes) -> bool:
+    """True iff ``proof`` (:func:`prove_bit_any_key`) shows that ``c`` is g^b·w^n with b ∈ {0, 1}, bound to
+    ``context`` -- and the key's modulus has no prime factor up to 2^ANY_KEY_CHUNK_BITS (else False: the proof
+    would say nothing under it)."""
+    m = ANY_KEY_CHUNKS
+    if isinstance(proof, (str, bytes)) or len(proof) != 4 * m:
+        return False
+    n, n2 = pk.n, pk.nsquare
+    if not no_small_factor(n):
+        return False
+    ints = _integers([c, *proof])
+    if ints is None:
+        return False
+    c, rest = ints[0], ints[1:]
+    e0, e1, z0, z1 = rest[:m], rest[m : 2 * m], rest[2 * m : 3 * m], rest[3 * m :]
+    if not (0 < c < n2) or gmpy2.gcd(c, n) != 1:
+        return False
+    if any(not 0 <= e <= _CHUNK_MASK for e in (*e0, *e1)) or any(not 0 < z < n for z in (*z0, *z1)):
+        return False
+    if any(gmpy2.gcd(z, n) != 1 for z in (*z0, *z1)):
+        return False
+    us = [c, c * (1 - n) % n2]
+    inv = [gmpy2.invert(u, n2) for u in us]
+    a0 = [powmod(z, n, n2) * powmod(inv[0], e, n2) % n2 for z, e in zip(z0, e0)]
+    a1 = [powmod(z, n, n2) * powmod(inv[1], e, n2) % n2 for z, e in zip(z1, e1)]
+    total = _any_key_challenge(pk, context, c, a0, a1)
+    return all((int(x) + int(y)) & _CHUNK_MASK == t for x, y, t in zip(e0, e1, total))

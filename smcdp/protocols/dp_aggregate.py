@@ -85,7 +85,14 @@ from smcdp.crypto.dgk import DGKPrivateKey
 from smcdp.crypto.encoding import Packing
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.vector import EncryptedVector
-from smcdp.crypto.zkp import open_ciphertext, prove_bit, verify_bit, verify_opening
+from smcdp.crypto.zkp import (
+    ANY_KEY_CHUNKS,
+    bit_proof_any_key_size,
+    open_ciphertext,
+    prove_bit_any_key,
+    verify_bit_any_key,
+    verify_opening,
+)
 from smcdp.dp.conversions import distributed_gaussian_tau, rho_capacity
 from smcdp.dp.learners.logistic_bounds import certified_slack, certified_tolerance
 from smcdp.dp.mechanisms import (
@@ -474,7 +481,7 @@ class DPAggregateParams(ProtocolParams):
             # (its header, key, bits and the output's delta)
             msgs = [(K - 1, dgk_batch(sm.ell)), (K - 1, key), (2 * (K - 1), small), (1, psi), (3 * K, ct), (1, key)]
         else:
-            proof = 5 * (2 * P // 8 + 8) + 32
+            proof = bit_proof_any_key_size(P)
             msgs = [
                 (2, dgk_batch(sm.ell)),
                 (4, dgk_batch(sm.check_ell)),
@@ -782,15 +789,17 @@ async def _indicator_entry(
     u_mine = ciphertext_from_proto(await ch.recv(CHARLIE, "s2/u", pb.CiphertextVector), zeta_pk, "s2/u from charlie")
     proof = from_bigints(
         await ch.recv(CHARLIE, "s2/u-proof", pb.BigInts),
-        count=5,
-        bound_bits=2 * zeta_pk.bits + 1,
+        count=4 * ANY_KEY_CHUNKS,
+        bound_bits=zeta_pk.bits,
         what="s2/u-proof from charlie",
         nonnegative=True,
     )
-    if not verify_bit(zeta_pk, u_mine, proof, indicator_context(ch.session_id, me)):
+    # ζ is Charlie's own key, checked for its size only: the proof must hold whatever its modulus (a crafted one
+    # passed a 128-bit-challenge proof by grinding and let him read our exponents modulo a small factor of it)
+    if not verify_bit_any_key(zeta_pk, u_mine, proof, indicator_context(ch.session_id, me)):
         raise InvalidMessage(
-            "s2/u from charlie is not proven to encrypt 0 or 1: refusing a noise selection that "
-            "may add no noise or a multiple of one"
+            "s2/u from charlie is not proven to encrypt 0 or 1 (or his key ζ has a prime factor below "
+            "2^16): refusing a noise selection that may add no noise, a multiple of one, or read our values"
         )
     if s1.source != me:  # re-randomised: our masked term ζ(u)·g^μ' must not reveal μ' to the receiver
         await ch.send(roles[s1.source], "s2/v", ciphertext_to_proto(zeta_pk, zeta_pk.rerandomize_textbook(u_mine)))
@@ -1122,13 +1131,15 @@ async def charlie(
     async def entry(k: int) -> mpz:
         sent = await ch.send(roles[k], "s2/u", ciphertext_to_proto(pk, pk.raw_encrypt_textbook(int(k == s1.position))))
         c = ciphertext_from_proto(pb.CiphertextVector.FromString(sent), pk, "s2/u")
-        proof = prove_bit(
+        # 16 powers mod n² an entry: on the default executor's threads, so that the K proofs share the cores
+        proof = await asyncio.to_thread(
+            prove_bit_any_key,
             zeta,
             c,
             int(k == s1.position),
             indicator_context(ch.session_id, k),
-            rng=protocol_rng(seed, "dp-aggregate", "s2/u-proof", str(k)),
-        )  # replays alike
+            protocol_rng(seed, "dp-aggregate", "s2/u-proof", str(k)),
+        )  # replays alike: one nonce stream an entry
         await ch.send(roles[k], "s2/u-proof", bigints(proof))
         return c
 

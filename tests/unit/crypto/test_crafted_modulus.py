@@ -13,7 +13,9 @@ u = ζ(1)·w carries a w with χ(w) ≠ 1.  Its bit proof verifies once a hash f
 tries; the real branch's nonce commitment is stepped by a known n-th power, one multiplication a try).  The
 party's ζ(v_j)^a · ζ(b) then has χ = χ(w)^a: Charlie reads a mod r by a discrete logarithm among r values --
 bits of the party's noise that every other mask was meant to hide.  The strict expected failure below is that
-attack (docs/security.md, dp-aggregate's malformed-key rows); it passes once a party refuses such a key.
+attack against :func:`~smcdp.crypto.zkp.verify_bit`, the one-challenge proof.  dp-aggregate no longer uses it under
+ζ (its parties check :func:`~smcdp.crypto.zkp.verify_bit_any_key`: tests/unit/crypto/test_zkp_any_key.py and
+tests/unit/protocols/test_malicious_dp_aggregate.py); speaker identification's bit proofs under Bob's ζ still do.
 """
 
 from __future__ import annotations
@@ -95,9 +97,9 @@ class _Chi:
 @pytest.mark.xfail(
     strict=True,
     raises=AssertionError,  # the attack's success, not an error of the attack's code
-    reason="known limitation (docs/security.md): a party checks a peer's Paillier modulus only for its size, so an "
-    "owner with a crafted modulus passes bit proofs and reads a party's exponents modulo a small factor; the fix is "
-    "a proof that the modulus is well formed (gcd(n, phi(n)) = 1 and no small factor: CGGMP's Pi-mod and Pi-fac)",
+    reason="known limitation (docs/security.md): verify_bit's 128-bit challenge is sound only without a prime factor "
+    "of n below 2^128, which nobody checks of the prover's own key; under such keys use verify_bit_any_key "
+    "(dp-aggregate does; speaker identification's verify_bits under Bob's zeta does not yet)",
 )
 def test_a_crafted_modulus_does_not_let_its_owner_read_a_partys_exponent():
     rng = random.Random(11)
