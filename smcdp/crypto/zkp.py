@@ -27,6 +27,10 @@ cost to detect (docs/security.md):
   secret key *and the witness* (:func:`_witness_stream`), so that a replayed
   prover sends the same proof and nobody who lacks the witness can predict them.
 
+* :func:`prove_bit_any_key` / :func:`verify_bit_any_key` -- a bit under a key its prover made, sound whatever the
+  modulus (chunked challenges, see below); :func:`prove_modulus` / :func:`verify_modulus` -- the owner's modulus has
+  gcd(n, φ(n)) = 1, so its openings bind mod n (dp-aggregate's Charlie proves both of his ζ).
+
 * :func:`prove_scaling` / :func:`verify_scalings` -- each ciphertext is a multiple, known to the prover, of
   its base, re-randomised (dp-aggregate's blinded counts under a group key); :func:`prove_combination` /
   :func:`verify_combination` -- every entry is the same linear combination of its J bases, re-randomised
@@ -869,3 +873,55 @@ def verify_bit_any_key(pk: PublicKey, c: int, proof: Sequence[int], context: byt
     a1 = [powmod(z, n, n2) * powmod(inv[1], e, n2) % n2 for z, e in zip(z1, e1)]
     total = _any_key_challenge(pk, context, c, a0, a1)
     return all((int(x) + int(y)) & _CHUNK_MASK == t for x, y, t in zip(e0, e1, total))
+
+
+# --------------------------------------------------------------------------- the owner's modulus: gcd(n, φ(n)) = 1
+#: An opening c = g^m·r^n fixes m only modulo the order of g = 1 + n among Z*_(n²)'s classes modulo n-th powers,
+#: which is rad(n): under a key whose modulus has a square factor (n = p^a, say) its owner opens one ciphertext to m,
+#: m + p, m + 5p ... (a review, 2026-12-06: dp-aggregate's Charlie could then pass the selection's "≤ mine" check and
+#: shift the revealed k_sel).  :func:`prove_modulus` shows gcd(n, φ(n)) = 1 -- so n is square-free, every opening is
+#: binding modulo n and Z*_(n²) is ⟨g⟩ × the n-th powers -- by n-th roots modulo n of ``MODULUS_PROOF_ROOTS``
+#: elements derived from n and the context by a hash (Goldberg, Reyzin, Sagga and Baldimtsi, "Efficient
+#: noninteractive certification of RSA moduli and beyond", 2019).  If gcd(n, φ(n)) > 1, x ↦ x^n on Z*_n has a kernel
+#: whose order's primes all divide n, so (with no prime factor up to 2^16: :func:`no_small_factor`) a uniform unit
+#: has an n-th root with probability at most 2^-16: eight roots, 2^-128.
+MODULUS_PROOF_ROOTS = ANY_KEY_CHUNKS
+_MODULUS_DOMAIN = b"smcdp/zkp/modulus/v1\x00"
+
+
+def _modulus_challenges(n: mpz, context: bytes) -> list[mpz]:
+    """MODULUS_PROOF_ROOTS elements of Z_n from a hash of n and the context (|n| + 128 bits each, reduced mod n)."""
+    nb = int(n).to_bytes((int(n).bit_length() + 7) // 8, "big")
+    need = (int(n).bit_length() + 128 + 7) // 8
+    out = []
+    for i in range(MODULUS_PROOF_ROOTS):
+        stream, block = b"", 0
+        while len(stream) < need:
+            h = hashlib.sha256(_MODULUS_DOMAIN + len(context).to_bytes(4, "big") + context)
+            h.update(len(nb).to_bytes(4, "big") + nb + i.to_bytes(4, "big") + block.to_bytes(4, "big"))
+            stream, block = stream + h.digest(), block + 1
+        out.append(mpz(int.from_bytes(stream[:need], "big")) % n)
+    return out
+
+
+def prove_modulus(sk: PrivateKey, context: bytes) -> list[int]:
+    """The n-th roots mod n of the context's challenges (deterministic: a replay sends the same): shows
+    gcd(n, φ(n)) = 1 for the key's modulus, bound to ``context``."""
+    n = sk.public_key.n
+    d = gmpy2.invert(n, (sk.p - 1) * (sk.q - 1))  # exists: a PrivateKey has gcd(n, φ(n)) = 1
+    return [int(powmod(y, d, n)) for y in _modulus_challenges(n, context)]
+
+
+def verify_modulus(pk: PublicKey, proof: Sequence[int], context: bytes) -> bool:
+    """True iff ``proof`` (:func:`prove_modulus`) holds for ``pk``'s modulus and ``context`` and the modulus has no
+    prime factor up to 2^ANY_KEY_CHUNK_BITS -- then gcd(n, φ(n)) = 1 (up to 2^-128)."""
+    n = pk.n
+    if isinstance(proof, (str, bytes)) or len(proof) != MODULUS_PROOF_ROOTS or not no_small_factor(n):
+        return False
+    roots = _integers(proof)
+    if roots is None:
+        return False
+    for x, y in zip(roots, _modulus_challenges(n, context)):
+        if not 0 < x < n or gmpy2.gcd(y, n) != 1 or powmod(x, n, n) != y:
+            return False
+    return True

@@ -87,6 +87,7 @@ from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import (
     ANY_KEY_CHUNKS,
+    MODULUS_PROOF_ROOTS,
     bit_proof_any_key_size,
     open_ciphertext,
     prove_bit_any_key,
@@ -487,6 +488,7 @@ class DPAggregateParams(ProtocolParams):
                 (4, dgk_batch(sm.check_ell)),
                 (4, key),  # ξ's key pair, ζ, β and the DGK public key of the party we help check
                 (1, proof),
+                (1, MODULUS_PROOF_ROOTS * (P // 8 + 8) + 32),  # Charlie's proof that ζ's modulus is square-free
                 (2, psi),
                 (9, ct),
                 (2, ciphertext_vector_bytes(2, P)),

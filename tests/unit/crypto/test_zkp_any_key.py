@@ -127,3 +127,50 @@ def test_the_crafted_entry_cannot_be_proven_a_bit_once_the_challenge_is_chunked(
         a_real[0], rho[0] = a_real[0] * step_n % n2, rho[0] * step % n
     assert one_chunk_met
     assert verified == 0
+
+
+def test_the_modulus_proof_verifies_for_a_key_and_its_context_only(key):
+    pk, sk = key
+    roots = zkp.prove_modulus(sk, b"ctx")
+    assert len(roots) == zkp.MODULUS_PROOF_ROOTS and roots == zkp.prove_modulus(sk, b"ctx")  # deterministic
+    assert zkp.verify_modulus(pk, roots, b"ctx")
+    assert not zkp.verify_modulus(pk, roots, b"other")
+    other_pk, _ = generate_keypair(768, allow_insecure=True, rng=random.Random(4))
+    assert not zkp.verify_modulus(other_pk, roots, b"ctx")
+    for bad in (roots[:-1], [*roots, 1], [*roots[:-1], 0], [*roots[:-1], pk.n], [*roots[:-1], "1"], "x" * 8):
+        assert not zkp.verify_modulus(pk, bad, b"ctx")
+
+
+def _prime_power_key(rng: random.Random) -> tuple[PublicKey, mpz]:
+    """n = p^3, p a prime of 256 bits (above 2^16): square factors, gcd(n, φ(n)) = p."""
+    while True:
+        p = mpz(rng.getrandbits(256)) | (1 << 255) | 1
+        if gmpy2.is_prime(p, 30):
+            return PublicKey(int(p**3)), p
+
+
+def test_under_a_prime_power_modulus_an_opening_is_not_binding_and_the_modulus_proof_fails():
+    """What a review found (2026-12-06): with n = p^3 the owner opens one ciphertext to two plaintexts that differ
+    mod n -- g's class modulo n-th powers has order p, not n -- so an opening under such a key proves nothing mod n.
+    The modulus proof is what refuses such a key: the owner's best roots do not verify (a uniform unit is an n-th
+    power mod n with probability 1/p²)."""
+    rng = random.Random(8)
+    pk, p = _prime_power_key(rng)
+    n, n2 = pk.n, pk.nsquare
+    assert no_small_factor(n)
+    w = mpz(1 + p)  # w^n = 1 + p^4·k mod n² = g^j with j = p·k mod p^3: g^j is an n-th power
+    u = gmpy2.powmod(w, n, n2)
+    assert (u - 1) % n == 0
+    j = (u - 1) // n % n
+    assert j % n != 0
+    m, r = 12345, mpz(rng.randrange(2, int(n)))
+    c = (1 + m * n) * gmpy2.powmod(r, n, n2) % n2
+    r2 = r * gmpy2.invert(w, n) % n  # c = g^(m + j)·(r/w)^n
+    assert zkp.verify_opening(pk, c, m, int(r)) and zkp.verify_opening(pk, c, int((m + j) % n), int(r2))
+    # the owner's roots: y^d with d inverting n/g modulo λ/g (g = gcd(n, λ), λ = p²(p − 1)) -- right only for y in
+    # the image of x ↦ x^n, which a hash hits with probability 1/p²
+    lam = p**2 * (p - 1)
+    g = gmpy2.gcd(n, lam)
+    d = gmpy2.invert(n // g, lam // g)
+    roots = [int(gmpy2.powmod(y, d, n)) for y in zkp._modulus_challenges(n, b"ctx")]
+    assert not zkp.verify_modulus(pk, roots, b"ctx")

@@ -12,7 +12,7 @@ import pytest
 from smcdp.crypto.codec import bigints, ciphertext_from_proto, ciphertext_to_proto
 from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.vector import EncryptedVector
-from smcdp.crypto.zkp import open_ciphertext, prove_bit_any_key
+from smcdp.crypto.zkp import open_ciphertext, prove_bit_any_key, prove_modulus
 from smcdp.errors import InvalidMessage, SessionAborted
 from smcdp.primitives.argmin import random_permutation
 from smcdp.primitives.rng import protocol_rng
@@ -138,6 +138,17 @@ def test_a_charlie_whose_zeta_has_a_small_prime_factor_is_refused_by_every_party
     zeta = _key_with_a_small_factor(keys["zeta"].public_key.bits, 5)
     with pytest.raises(InvalidMessage, match="prime factor below 2\\^16"):
         run_aggregate(p, _weights(), SENS, {**keys, "zeta": zeta}, noise_seeds=SEEDS, seed=SEED)
+
+
+def test_a_charlie_whose_zeta_modulus_proof_does_not_verify_is_refused_by_every_party(keys):
+    """Charlie's openings under ζ bind only if its modulus is square-free (tests/unit/crypto/test_zkp_any_key.py: under
+    n = p^3 one ciphertext opens to two plaintexts), so he proves gcd(n, φ(n)) = 1 with ζ; roots for another
+    session's context are refused by every data party before anything else is sent under ζ."""
+    p = make_params(K, D, epsilon=2.0)
+    stale = bigints(prove_modulus(keys["zeta"], b"smcdp/secure-min/zeta-modulus/another-session/s1"))
+    forged = {(f"party{k + 1}", "s1/zeta-proof"): stale.SerializeToString() for k in range(K)}
+    with pytest.raises(InvalidMessage, match="does not show gcd"):
+        run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=_forge(forged))
 
 
 def test_charlie_proof_is_bound_to_its_session_and_entry(keys):
