@@ -29,7 +29,7 @@ cost to detect (docs/security.md):
 
 * :func:`prove_bit_any_key` / :func:`verify_bit_any_key` -- a bit under a key its prover made, sound whatever the
   modulus (chunked challenges, see below); :func:`prove_modulus` / :func:`verify_modulus` -- the owner's modulus has
-  gcd(n, φ(n)) = 1, so its openings bind mod n (dp-aggregate's Charlie proves both of his ζ).
+  gcd(n, φ(n)) = 1, so its openings bind mod n (dp-aggregate's Charlie proves both about his key ζ).
 
 * :func:`prove_scaling` / :func:`verify_scalings` -- each ciphertext is a multiple, known to the prover, of
   its base, re-randomised (dp-aggregate's blinded counts under a group key); :func:`prove_combination` /
@@ -908,7 +908,10 @@ def prove_modulus(sk: PrivateKey, context: bytes) -> list[int]:
     """The n-th roots mod n of the context's challenges (deterministic: a replay sends the same): shows
     gcd(n, φ(n)) = 1 for the key's modulus, bound to ``context``."""
     n = sk.public_key.n
-    d = gmpy2.invert(n, (sk.p - 1) * (sk.q - 1))  # exists: a PrivateKey has gcd(n, φ(n)) = 1
+    phi = (sk.p - 1) * (sk.q - 1)
+    if gmpy2.gcd(n, phi) != 1:  # generate_keypair and PrivateKey.from_factors refuse such keys; the constructor not
+        raise ValueError("gcd(n, φ(n)) ≠ 1: this key's openings would not bind, and it has no proof")
+    d = gmpy2.invert(n, phi)
     return [int(powmod(y, d, n)) for y in _modulus_challenges(n, context)]
 
 

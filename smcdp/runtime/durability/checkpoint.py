@@ -102,9 +102,10 @@ RESERVE_BYTES = 256 * 1024
 #: 16 (2026-12-06): the key ceremony commits to every opening's points before revealing them, opens step 1's x_1 at
 #: every party and stops on an opening outside the honest range: a version-15 ceremony's journal holds other messages
 #: 17 (2026-12-06): dp-aggregate's Charlie proves each indicator entry with chunked challenges, sound whatever his
-#: key ζ (zkp.prove_bit_any_key: 32 integers, not 5), and proves ζ's modulus square-free (s1/zeta-proof, a new
-#: message): a version-16 journal holds proofs of the old form and no such message
-VERSION = 17
+#: key ζ (zkp.prove_bit_any_key: 32 integers, not 5): a version-16 journal holds proofs of the old form
+#: 18 (2026-12-06, an hour later): Charlie proves ζ's modulus has gcd(n, φ(n)) = 1 (s1/zeta-proof, a new message
+#: after s1/zeta-pk): a version-17 journal has no such message
+VERSION = 18
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

@@ -174,3 +174,17 @@ def test_under_a_prime_power_modulus_an_opening_is_not_binding_and_the_modulus_p
     d = gmpy2.invert(n // g, lam // g)
     roots = [int(gmpy2.powmod(y, d, n)) for y in zkp._modulus_challenges(n, b"ctx")]
     assert not zkp.verify_modulus(pk, roots, b"ctx")
+
+
+def test_no_modulus_proof_for_a_key_whose_n_shares_a_factor_with_phi():
+    """A PrivateKey built by its constructor (which, unlike from_factors, does not check gcd(n, φ(n))) with p | q − 1:
+    the prover says why instead of failing inside gmpy2."""
+    rng = random.Random(9)
+    while True:
+        p = gmpy2.next_prime(mpz(rng.getrandbits(128)) | (1 << 127))
+        q = 2 * p * mpz(rng.getrandbits(250)) + 1
+        if gmpy2.is_prime(q, 30):
+            break
+    sk = zkp.PrivateKey(PublicKey(int(p * q)), p, q)
+    with pytest.raises(ValueError, match="gcd"):
+        zkp.prove_modulus(sk, b"ctx")
