@@ -11,6 +11,13 @@ from typing import Any
 import pytest
 
 
+def known_attack(reason: str) -> pytest.MarkDecorator:
+    """A demonstrated attack the code does not stop yet: a strict expected failure whose test asserts that the attack
+    fails, so it flips to XPASS the day it is stopped.  Only the test's own assertion counts (``raises``): an error
+    in the attack's code is a failure, not an expected one."""
+    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
+
+
 def params_with_known_bugs(cases: Iterable[Any], known_bugs: Mapping[str, str]) -> list[Any]:
     """``pytest.param(case, id=case.id)`` for each case, a strict xfail carrying the diagnosis where it is known."""
     out = []

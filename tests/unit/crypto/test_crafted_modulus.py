@@ -23,12 +23,12 @@ from __future__ import annotations
 import random
 
 import gmpy2
-import pytest
 from gmpy2 import mpz
 
 from smcdp.crypto.codec import public_key_from_proto, public_key_to_proto
 from smcdp.crypto.paillier import PublicKey
 from smcdp.crypto.zkp import _MASK, _challenge, verify_bit
+from tests.support.known_bugs import known_attack
 
 
 def _prime(bits: int, rng: random.Random) -> mpz:
@@ -94,10 +94,8 @@ class _Chi:
         return gmpy2.powmod(mpz(x) % self.p, self.e, self.p)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,  # the attack's success, not an error of the attack's code
-    reason="known limitation (docs/security.md): verify_bit's 128-bit challenge is sound only without a prime factor "
+@known_attack(
+    "known limitation (docs/security.md): verify_bit's 128-bit challenge is sound only without a prime factor "
     "of n below 2^128, which nobody checks of the prover's own key; under such keys use verify_bit_any_key "
     "(dp-aggregate does; speaker identification's verify_bits under Bob's zeta does not yet)",
 )
