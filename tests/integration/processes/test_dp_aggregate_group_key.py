@@ -67,8 +67,17 @@ def test_a_charlie_relaying_one_release_for_all_is_named_in_every_data_partys_au
         sid = recs["charlie"]["session_id"]
         for p in DATA:
             assert recs[p]["state"] == "failed", recs[p]
-        refused = [p for p in DATA if "refuses to decrypt" in (recs[p].get("error") or {}).get("message", "")]
-        assert refused, {p: recs[p].get("error") for p in DATA}
+        errors = {p: recs[p].get("error") or {} for p in DATA}
+        # a party refuses itself, naming charlie -- or, when another data party's abort reached it before its own
+        # check (CI of 7d922b4: alice's did), its record names that party and keeps charlie as the claimed culprit
+        # (runtime.session: a peer's word becomes the origin only where this party confirms it)
+        refused = [p for p in DATA if "refuses to decrypt" in errors[p].get("message", "")]
+        told = [p for p in refused if errors[p].get("reported_by") in DATA]
+        refused = [p for p in refused if p not in told]
+        assert refused, errors
+        for p in told:
+            assert errors[p]["reported_culprit"] == "charlie", errors
+            assert errors[errors[p]["reported_by"]]["origin"] == "charlie", errors
         for p in refused:
             assert recs[p]["error"]["origin"] == "charlie", recs[p]["error"]
             ends = [
