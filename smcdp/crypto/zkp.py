@@ -798,13 +798,8 @@ def bit_proof_any_key_size(key_bits: int) -> int:
 
 
 def _any_key_challenge(pk: PublicKey, context: bytes, c: mpz, a0: Sequence[mpz], a1: Sequence[mpz]) -> list[int]:
-    h = hashlib.sha256()
-    h.update(_ANY_KEY_DOMAIN + len(context).to_bytes(4, "big") + context)
-    h.update(pk.fingerprint)
-    for v in (c, *a0, *a1):
-        b = int(v).to_bytes((int(v).bit_length() + 7) // 8 or 1, "big")
-        h.update(len(b).to_bytes(4, "big") + b)
-    x = int.from_bytes(h.digest(), "big")
+    """The Fiat–Shamir challenge of :func:`_challenge` (domain-separated by the context's prefix), cut into chunks."""
+    x = _challenge(pk, _ANY_KEY_DOMAIN + context, c, *a0, *a1)
     return [(x >> (ANY_KEY_CHUNK_BITS * i)) & _CHUNK_MASK for i in range(ANY_KEY_CHUNKS)]
 
 
@@ -890,18 +885,13 @@ _MODULUS_DOMAIN = b"smcdp/zkp/modulus/v1\x00"
 
 
 def _modulus_challenges(n: mpz, context: bytes) -> list[mpz]:
-    """MODULUS_PROOF_ROOTS elements of Z_n from a hash of n and the context (|n| + 128 bits each, reduced mod n)."""
-    nb = int(n).to_bytes((int(n).bit_length() + 7) // 8, "big")
-    need = (int(n).bit_length() + 128 + 7) // 8
-    out = []
-    for i in range(MODULUS_PROOF_ROOTS):
-        stream, block = b"", 0
-        while len(stream) < need:
-            h = hashlib.sha256(_MODULUS_DOMAIN + len(context).to_bytes(4, "big") + context)
-            h.update(len(nb).to_bytes(4, "big") + nb + i.to_bytes(4, "big") + block.to_bytes(4, "big"))
-            stream, block = stream + h.digest(), block + 1
-        out.append(mpz(int.from_bytes(stream[:need], "big")) % n)
-    return out
+    """MODULUS_PROOF_ROOTS elements of Z_n from a hash of n and the context (|n| + 128 bits each, reduced mod n):
+    :func:`_witness_stream`'s counter mode under a public key, the domain -- a hash anybody recomputes."""
+    size = (int(n).bit_length() + CHALLENGE_BITS + 7) // 8
+    return [
+        mpz(int.from_bytes(_witness_stream(_MODULUS_DOMAIN, context, [n, i], size), "big")) % n
+        for i in range(MODULUS_PROOF_ROOTS)
+    ]
 
 
 def prove_modulus(sk: PrivateKey, context: bytes) -> list[int]:

@@ -105,7 +105,9 @@ RESERVE_BYTES = 256 * 1024
 #: key ζ (zkp.prove_bit_any_key: 32 integers, not 5): a version-16 journal holds proofs of the old form
 #: 18 (2026-12-06, an hour later): Charlie proves ζ's modulus has gcd(n, φ(n)) = 1 (s1/zeta-proof, a new message
 #: after s1/zeta-pk): a version-17 journal has no such message
-VERSION = 18
+#: 19 (2026-12-06, later still): those two proofs' hashes reuse zkp._challenge and zkp._witness_stream instead of
+#: copies of them, so their bytes differ from a version-18 journal's
+VERSION = 19
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)
