@@ -905,6 +905,11 @@ def prove_modulus(sk: PrivateKey, context: bytes) -> list[int]:
     return [int(powmod(y, d, n)) for y in _modulus_challenges(n, context)]
 
 
+def modulus_proof_size(key_bits: int) -> int:
+    """The bytes of a :func:`prove_modulus` proof as a BigInts message, at most (for traffic envelopes)."""
+    return MODULUS_PROOF_ROOTS * ((key_bits + 7) // 8 + 8) + 32
+
+
 def verify_modulus(pk: PublicKey, proof: Sequence[int], context: bytes) -> bool:
     """True iff ``proof`` (:func:`prove_modulus`) holds for ``pk``'s modulus and ``context`` and the modulus has no
     prime factor up to 2^ANY_KEY_CHUNK_BITS -- then gcd(n, φ(n)) = 1 (up to 2^-128)."""

@@ -99,10 +99,11 @@ from smcdp.crypto.paillier import (
     check_key_bits,
     generate_keypair,
 )
-from smcdp.crypto.zkp import MODULUS_PROOF_ROOTS, open_ciphertext, prove_modulus, verify_modulus, verify_opening
+from smcdp.crypto.zkp import open_ciphertext, verify_opening
 from smcdp.errors import CryptoOverflow, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.primitives.comparison import compare_holder_a, compare_holder_b
+from smcdp.primitives.owned_key import recv_owned_key, send_owned_key
 from smcdp.primitives.rng import SeedLike, protocol_rng
 from smcdp.v1 import messages_pb2 as pb
 
@@ -347,25 +348,13 @@ async def argmin_party(
     if children:
         await ch.send_many([roles[c] for c in children], f"{tag}/xi-keypair", keypair_to_proto(xi_key))
     xi_pk = xi_key.public_key
-    zeta_pk = public_key_from_proto(
-        await ch.recv(C, f"{tag}/zeta-pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
+    # ζ is Charlie's own: his openings under it bind only if its modulus is square-free (gcd(n, φ(n)) = 1), which
+    # its size does not say -- with n = p^a he opened one ciphertext to m, m + p, ... (a review, 2026-12-06)
+    zeta_pk = await recv_owned_key(
+        ch, C, f"{tag}/zeta", modulus_context(ch.session_id, tag), allow_insecure=allow_insecure_keys
     )
     if zeta_pk.bits < params.masked_bits + 8:
         raise InvalidMessage("Charlie's key is too small for the masked shares")
-    # ζ is Charlie's own: his openings under it bind only if its modulus is square-free (gcd(n, φ(n)) = 1), which
-    # its size does not say -- with n = p^a he opened one ciphertext to m, m + p, ... (a review, 2026-12-06)
-    roots = from_bigints(
-        await ch.recv(C, f"{tag}/zeta-proof", pb.BigInts),
-        count=MODULUS_PROOF_ROOTS,
-        bound_bits=zeta_pk.bits,
-        what=f"{tag}/zeta-proof from {C}",
-        nonnegative=True,
-    )
-    if not verify_modulus(zeta_pk, roots, modulus_context(ch.session_id, tag)):
-        raise InvalidMessage(
-            f"{tag}/zeta-proof from {C} does not show gcd(n, φ(n)) = 1 for his key ζ (or its modulus has a prime "
-            "factor below 2^16): refusing a key under which his openings need not bind"
-        )
     beta_pk = public_key_from_proto(
         await ch.recv(C, f"{tag}/beta-pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
     )
@@ -470,10 +459,7 @@ async def argmin_curator(
     check_key_bits(beta_key.public_key.bits, allow_insecure_keys)
     if beta_key.public_key.n == zeta_pk.n:
         raise InvalidMessage("the shares' key β must not be ζ")
-    await ch.send_many(roles, f"{tag}/zeta-pk", public_key_to_proto(zeta_pk))
-    await ch.send_many(
-        roles, f"{tag}/zeta-proof", bigints(prove_modulus(zeta_key, modulus_context(ch.session_id, tag)))
-    )
+    await send_owned_key(ch, roles, f"{tag}/zeta", zeta_key, modulus_context(ch.session_id, tag))
     await ch.send_many(roles, f"{tag}/beta-pk", public_key_to_proto(beta_key.public_key))
     xi_pk = public_key_from_proto(
         await ch.recv(roles[0], f"{tag}/xi-pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys

@@ -87,8 +87,8 @@ from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import (
     ANY_KEY_CHUNKS,
-    MODULUS_PROOF_ROOTS,
     bit_proof_any_key_size,
+    modulus_proof_size,
     open_ciphertext,
     prove_bit_any_key,
     verify_bit_any_key,
@@ -488,7 +488,7 @@ class DPAggregateParams(ProtocolParams):
                 (4, dgk_batch(sm.check_ell)),
                 (4, key),  # ξ's key pair, ζ, β and the DGK public key of the party we help check
                 (1, proof),
-                (1, MODULUS_PROOF_ROOTS * (P // 8 + 8) + 32),  # Charlie's proof that ζ's modulus is square-free
+                (1, modulus_proof_size(P)),  # Charlie's proof that ζ's modulus is square-free
                 (2, psi),
                 (9, ct),
                 (2, ciphertext_vector_bytes(2, P)),

@@ -76,7 +76,6 @@ from smcdp.crypto.codec import (
     ciphertext_to_proto,
     from_bigints,
     peer_public_key,
-    public_key_from_proto,
     public_key_to_proto,
 )
 from smcdp.crypto.encoding import UNPACKED
@@ -84,12 +83,19 @@ from smcdp.crypto.naor_pinkas import MODP2048
 from smcdp.crypto.paillier import PrivateKey, PublicKey, check_key_kind, generate_keypair
 from smcdp.crypto.threads import CryptoThreads
 from smcdp.crypto.vector import EncryptedVector
-from smcdp.crypto.zkp import prove_bits, randomness_of, verify_bits
+from smcdp.crypto.zkp import (
+    ANY_KEY_CHUNKS,
+    bit_proof_any_key_size,
+    modulus_proof_size,
+    prove_bit_any_key,
+    verify_bit_any_key,
+)
 from smcdp.errors import InputRejected, InvalidMessage
 from smcdp.net.channel import Channel
 from smcdp.net.limits import TrafficEnvelope, ciphertext_vector_bytes, public_key_bytes
 from smcdp.primitives.comparison import compare_holder_a, compare_holder_b
 from smcdp.primitives.ot import ot_choose, ot_send
+from smcdp.primitives.owned_key import recv_owned_key, send_owned_key
 from smcdp.primitives.rng import (
     Randomness,
     SeedLike,
@@ -310,12 +316,13 @@ class IdentifyParams(SpeakerParams):
         ctv = ciphertext_vector_bytes(n, self.key_bits)
         group = MODP2048.byte_length + 32
         label_ot = max(2, n) * (MAX_NAME_BYTES + 6) + 16
-        to_alice: list[tuple[int, ...]] = [(1, public_key_bytes(self.key_bits)), (2, ctv)]
+        to_alice: list[tuple[int, ...]] = [(1, public_key_bytes(self.key_bits)), (1, modulus_proof_size(self.key_bits))]
+        to_alice += [(2, ctv)]
         to_bob: list[tuple[int, ...]] = [(1, public_key_bytes(self.key_bits)), (1, ctv)]
         for m in self.levels():  # per level: the comparisons' header, key and bits, Bob's ζ(z) and its
-            # bit proofs (5 integers below n² a match); and back
+            # bit proofs (4·8 integers below n a match); and back
             batch, picks = self._dgk_batch(m, self.ell), ciphertext_vector_bytes(m, self.key_bits)
-            proofs = 5 * m * ((2 * self.key_bits + 7) // 8 + 4) + 16
+            proofs = m * bit_proof_any_key_size(self.key_bits)
             to_alice += [(1, 64), (1, self._dgk_key()), (1, batch), (1, picks), (1, proofs)]
             to_bob += [(1, batch), (1, picks)]
         return self._forward_envelope(
@@ -1079,9 +1086,19 @@ async def _send_vector(ch: Channel, peer: str, tag: str, pk: PublicKey, cts: lis
     return await ch.send(peer, tag, EncryptedVector(pk, cts, len(cts), 0, UNPACKED).to_proto())
 
 
-def _pick_context(session_id: str, tag: str, level: int) -> bytes:
-    """What a level's proofs that Bob's selectors ζ(z) are bits are bound to: the session, the step, the level."""
-    return f"smcdp/speaker-identify/pick/{session_id}/{tag}/{level}".encode()
+def _pick_context(session_id: str, tag: str, level: int, match: int) -> bytes:
+    """What the proof that Bob's selector ζ(z) of a match is a bit is bound to: the session, the step, the level,
+    the match."""
+    return f"smcdp/speaker-identify/pick/{session_id}/{tag}/{level}/{match}".encode()
+
+
+#: the integers of one selector's proof (:func:`~smcdp.crypto.zkp.prove_bit_any_key`)
+_PICK_PROOF_INTS = 4 * ANY_KEY_CHUNKS
+
+
+def _zeta_context(session_id: str, tag: str) -> bytes:
+    """What Bob's proof that ζ's modulus is square-free is bound to: the session and the step."""
+    return f"smcdp/speaker-identify/zeta-modulus/{session_id}/{tag}".encode()
 
 
 async def _alice_step4_shuffle(
@@ -1097,8 +1114,10 @@ async def _alice_step4_shuffle(
     order.  Returns (π, x, ζ) with x_j = a_{π(j)} + s_j."""
     n = params.candidates
     pk = sk.public_key
-    zeta_pk = public_key_from_proto(
-        await ch.recv(bob, f"{tag}/zeta-pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
+    # ζ is Bob's own key: she raises his selectors to her shares' differences, so its modulus must be one under
+    # which his bit proofs hold and his ciphertexts carry nothing a character of the group could read
+    zeta_pk = await recv_owned_key(
+        ch, bob, f"{tag}/zeta", _zeta_context(ch.session_id, tag), allow_insecure=allow_insecure_keys
     )
     Lv, kappa = params.value_bits, params.stat_bits
     if zeta_pk.max_int.bit_length() < Lv + 2 * kappa + 8:
@@ -1147,12 +1166,20 @@ async def _alice_step5_tournament(
             picks = await _recv_vector(ch, bob, f"{tag}/pick/{level}", zeta_pk, m)
             proof = from_bigints(
                 await ch.recv(bob, f"{tag}/pick-proof/{level}", pb.BigInts),
-                count=5 * m,
-                bound_bits=2 * zeta_pk.bits + 1,
+                count=_PICK_PROOF_INTS * m,
+                bound_bits=zeta_pk.bits,
                 what=f"{tag}/pick-proof/{level} from {bob}",
                 nonnegative=True,
             )
-            if not verify_bits(zeta_pk, picks, proof, _pick_context(ch.session_id, tag, level)):
+            # a proof that holds whatever ζ's modulus (a one-challenge proof passed for a non-bit under a crafted
+            # one, and her reply then showed her shares' difference modulo its small factor): a match a thread
+            size = _PICK_PROOF_INTS
+            statements = [
+                (zeta_pk, picks[i], proof[size * i : size * (i + 1)], _pick_context(ch.session_id, tag, level, i))
+                for i in range(m)
+            ]
+            verified = await threads.amap(lambda args: verify_bit_any_key(*args), statements)
+            if not all(verified):
                 raise InvalidMessage(
                     f"{tag}/pick/{level} from {bob} is not proven to encrypt bits: refusing a selection that "
                     "could carry a multiple of her shares' difference"
@@ -1247,7 +1274,7 @@ async def identify_bob(
             allow_insecure=allow_insecure_keys,
             rng=protocol_rng(seed, params.protocol_name, ch.role, "zeta-key"),
         )
-    await _bob_step3_candidates(ch, params, models, pk, lls, T, theta, zeta_key.public_key, rng, alice, tag)
+    await _bob_step3_candidates(ch, params, models, pk, lls, T, theta, zeta_key, rng, alice, tag)
     # --- Step 4 (Bob's half): y_j = r_{π(j)} + s_j.
     y = await _bob_step4_shares(ch, params, zeta_key, alice, tag)
     # --- Step 5: the tournament; each match's z = [v_a < v_b] to Bob, its winner selected under ζ.
@@ -1271,16 +1298,17 @@ async def _bob_step3_candidates(
     lls: list[mpz],
     T: int,
     theta: int,
-    zeta_pk: PublicKey,
+    zeta_key: PrivateKey,
     rng: random.Random,
     alice: str,
     tag: str,
 ) -> None:
-    """Step 3: the candidates' ξ(v_j + r_j) and, under Bob's own key (its public key first), ζ(r_j);
-    ``theta``: fx(θ) on the grid."""
+    """Step 3: the candidates' ξ(v_j + r_j) and, under Bob's own key (its public key and the proof that its modulus
+    is square-free first), ζ(r_j); ``theta``: fx(θ) on the grid."""
     K, n = models.n_speakers, params.candidates
     n2 = pk.nsquare
-    await ch.send(alice, f"{tag}/zeta-pk", public_key_to_proto(zeta_pk))
+    zeta_pk = zeta_key.public_key
+    await send_owned_key(ch, [alice], f"{tag}/zeta", zeta_key, _zeta_context(ch.session_id, tag))
     L, Lv, kappa = params.score_bits, params.value_bits, params.stat_bits
     inv_ubm = gmpy2.invert(lls[-1], n2)
     masked, r = [], []
@@ -1352,20 +1380,18 @@ async def _bob_step5_rank(
             # from his root, one stream a statement -- match, ciphertext and bit: a replay sends the same proof, and
             # a selector sent anew (its journal record lost) gets other nonces, never the old ones for a new c
             picks = EncryptedVector.from_proto(pb.CiphertextVector.FromString(sent), zeta_pk).ciphertexts
-            proof = prove_bits(
-                zeta_pk,
-                picks,
-                bits,
-                [randomness_of(zeta_key, c, b) for c, b in zip(picks, bits)],
-                _pick_context(ch.session_id, tag, level),
-                [
-                    protocol_rng(
-                        seed, params.protocol_name, ch.role, "pick-proof", str(level), str(i), str(int(c)), str(b)
-                    )
-                    for i, (c, b) in enumerate(zip(picks, bits))
-                ],
-            )
-            await ch.send(alice, f"{tag}/pick-proof/{level}", bigints(proof))
+            # the proof that holds whatever the modulus (what Alice checks: she cannot trust his key's), a match a
+            # thread
+            rngs = [
+                protocol_rng(seed, params.protocol_name, ch.role, "pick-proof", str(level), str(i), str(int(c)), str(b))
+                for i, (c, b) in enumerate(zip(picks, bits))
+            ]
+            statements = [
+                (zeta_key, c, b, _pick_context(ch.session_id, tag, level, i), rngs[i])
+                for i, (c, b) in enumerate(zip(picks, bits))
+            ]
+            proofs = await threads.amap(lambda args: prove_bit_any_key(*args), statements)
+            await ch.send(alice, f"{tag}/pick-proof/{level}", bigints([x for p in proofs for x in p]))
             X = [
                 zeta_key.raw_decrypt_signed(c)
                 for c in await _recv_vector(ch, alice, f"{tag}/picked/{level}", zeta_pk, m)

@@ -107,7 +107,9 @@ RESERVE_BYTES = 256 * 1024
 #: after s1/zeta-pk): a version-17 journal has no such message
 #: 19 (2026-12-06, later still): those two proofs' hashes reuse zkp._challenge and zkp._witness_stream instead of
 #: copies of them, so their bytes differ from a version-18 journal's
-VERSION = 19
+#: 20 (2026-12-06, next session): speaker identification's Bob proves ζ's modulus (si/zeta-proof, a new message
+#: after si/zeta-pk) and each selector with the chunked proof (32 integers a match, not 5)
+VERSION = 20
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

@@ -3,14 +3,10 @@
 Each test runs the honest roles with one participant's outgoing messages rewritten on the wire.
 """
 
-import random
-
-import gmpy2
 import numpy as np
 import pytest
 
 from smcdp.crypto.codec import bigints, ciphertext_from_proto, ciphertext_to_proto
-from smcdp.crypto.paillier import PrivateKey, PublicKey
 from smcdp.crypto.vector import EncryptedVector
 from smcdp.crypto.zkp import open_ciphertext, prove_bit_any_key, prove_modulus
 from smcdp.errors import InvalidMessage, SessionAborted
@@ -18,6 +14,7 @@ from smcdp.primitives.argmin import random_permutation
 from smcdp.primitives.rng import protocol_rng
 from smcdp.protocols.dp_aggregate import indicator_context, sensitivity_key, to_fixed
 from smcdp.v1 import messages_pb2 as pb
+from tests.support.crafted_keys import key_with_a_small_factor
 from tests.unit.protocols.test_dp_aggregate import make_params, party_noise, released_T, run_aggregate
 
 K, D = 3, 4
@@ -117,17 +114,6 @@ def test_charlie_different_indicators_per_party_are_refused(keys):
         run_aggregate(p, _weights(), SENS, keys, noise_seeds=SEEDS, seed=SEED, tamper=_forge(forged))
 
 
-def _key_with_a_small_factor(bits: int, seed: int) -> PrivateKey:
-    """A Paillier key pair whose modulus has the usual size and a 13-bit prime factor: one Charlie can make."""
-    rng = random.Random(seed)
-    small = gmpy2.next_prime(4096 + rng.randrange(4096))
-    while True:
-        q = gmpy2.next_prime(gmpy2.mpz(rng.getrandbits(bits - 13)) | (1 << (bits - 14)))
-        n = small * q
-        if n.bit_length() == bits and gmpy2.gcd(n, (small - 1) * (q - 1)) == 1:
-            return PrivateKey.from_factors(PublicKey(int(n)), int(small), int(q))
-
-
 def test_a_charlie_whose_zeta_has_a_small_prime_factor_is_refused_by_every_party(keys):
     """ζ is Charlie's own key, which a party checks for its size only.  Under a modulus with a small prime factor r
     a bit proof with 128-bit challenges passes for a non-bit after about r hashes of grinding, and the party's
@@ -135,7 +121,7 @@ def test_a_charlie_whose_zeta_has_a_small_prime_factor_is_refused_by_every_party
     for any modulus but one with a prime factor below 2^16, which every party refuses before it raises Charlie's
     entry to anything -- here a 13-bit factor in an honestly run session (it completed before)."""
     p = make_params(K, D, epsilon=2.0)
-    zeta = _key_with_a_small_factor(keys["zeta"].public_key.bits, 5)
+    zeta = key_with_a_small_factor(keys["zeta"].public_key.bits, 5)
     with pytest.raises(InvalidMessage, match="prime factor below 2\\^16"):
         run_aggregate(p, _weights(), SENS, {**keys, "zeta": zeta}, noise_seeds=SEEDS, seed=SEED)
 

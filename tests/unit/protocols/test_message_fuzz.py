@@ -370,6 +370,7 @@ MODES: dict[str, tuple[Callable, list[tuple[str, str, str, type[Message]]]]] = {
         _speaker_session("identify"),
         [
             ("bob", "alice", "si/zeta-pk", pb.PaillierPublicKey),
+            ("bob", "alice", "si/zeta-proof", pb.BigInts),
             ("bob", "alice", "si/zeta-r", pb.CiphertextVector),
             ("alice", "bob", "si/shuffled", pb.CiphertextVector),
             ("bob", "alice", "si/pick/0", pb.CiphertextVector),

@@ -24,6 +24,7 @@ from smcdp.protocols.speaker import (
 )
 from smcdp.speech.speaker import DiagGMM, SpeakerModels, map_adapt_means
 from smcdp.v1 import messages_pb2 as pb
+from tests.support.crafted_keys import key_with_a_small_factor
 from tests.unit.protocols.keyword_util import run_pair
 
 C, D, T = 4, 3, 12
@@ -388,6 +389,57 @@ def test_a_selector_that_is_not_a_bit_is_refused(keypair512, dgk_key, monkeypatc
     X = _utterance(seed=9)
     with pytest.raises(InvalidMessage, match="not proven to encrypt bits"):
         _identify(X, _models(threshold=-50.0), sk, dgk_key, max_speakers=3)
+
+
+def test_a_bob_whose_zeta_has_a_small_prime_factor_is_refused_before_alice_raises_his_selectors(keypair512, dgk_key):
+    """ζ is Bob's own key, and Alice raises his selectors ζ(z) to her shares' differences.  Under a modulus with a
+    small prime factor r a one-challenge bit proof passes for an entry g·y (y of order r) after about r hashes, and
+    her reply then shows the difference modulo r (tests/unit/crypto/test_crafted_modulus.py).  Alice now takes ζ
+    only with Bob's proof that its modulus is square-free and without a prime factor below 2^16, and the selectors'
+    proofs hold whatever the modulus: this honestly run session with a 13-bit factor in ζ completed before."""
+    _, sk = keypair512
+    p = _params(IdentifyParams, sk, max_speakers=3)
+    zeta = key_with_a_small_factor(768, 3)
+    with pytest.raises(InvalidMessage, match="prime factor below 2\\^16"):
+        run_pair(
+            lambda ch: identify_alice(ch, _utterance(seed=9), p, private_key=sk, allow_insecure_keys=True),
+            lambda ch: identify_bob(
+                ch, _models(threshold=-50.0), p, allow_insecure_keys=True, dgk_key=dgk_key, zeta_key=zeta
+            ),
+        )
+
+
+def test_a_zeta_proof_for_another_session_is_refused(keypair512, dgk_key, monkeypatch):
+    """Bob's proof that ζ's modulus is square-free is bound to the session and the step: roots made for another
+    session's context do not verify, and Alice refuses before anything is sent under ζ."""
+    import smcdp.protocols.speaker as spk
+
+    real = spk.send_owned_key
+
+    async def stale(ch, to, tag, key, context):
+        return await real(ch, to, tag, key, spk._zeta_context("another-session", "si"))
+
+    monkeypatch.setattr(spk, "send_owned_key", stale)
+    _, sk = keypair512
+    with pytest.raises(InvalidMessage, match="does not show gcd"):
+        _identify(_utterance(seed=9), _models(threshold=-50.0), sk, dgk_key, max_speakers=3)
+
+
+def test_a_selector_proof_is_bound_to_its_match(keypair512, dgk_key, monkeypatch):
+    """Each selector's proof names its session, level and match: Bob's proofs made (validly) for the next match's
+    context are refused, so no proof stands for another match's selector."""
+    import smcdp.protocols.speaker as spk
+
+    real = spk.prove_bit_any_key
+
+    def elsewhere(key, c, bit, context, rng):
+        head, match = context.rsplit(b"/", 1)
+        return real(key, c, bit, head + b"/" + str(int(match) + 1).encode(), rng)
+
+    monkeypatch.setattr(spk, "prove_bit_any_key", elsewhere)
+    _, sk = keypair512
+    with pytest.raises(InvalidMessage, match="not proven to encrypt bits"):
+        _identify(_utterance(seed=9), _models(threshold=-50.0), sk, dgk_key, max_speakers=3)
 
 
 @pytest.mark.parametrize("output", ["bob", "alice"])
