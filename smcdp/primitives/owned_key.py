@@ -4,14 +4,14 @@ with that proof.
 A protocol where one participant encrypts under *his own* key and another raises, multiplies or opens those
 ciphertexts (dp-aggregate's Charlie and his ζ; speaker identification's Bob and his ζ) cannot take the key on
 its size alone: under a modulus with a square factor an opening binds only modulo rad(n), and under one with a
-small prime factor a one-challenge bit proof passes for a non-bit (docs/crypto.md, "A key its prover made").  The
-owner sends, after the public key, :func:`~smcdp.crypto.zkp.prove_modulus` for a context the protocol names (its
-session and the key's tag: a proof from another session does not verify); the receiver checks it -- gcd(n, φ(n)) = 1 and no prime factor up to 2^16 -- before
-anything is sent or computed under the key.
+small prime factor a one-challenge bit proof passes for a non-bit (docs/crypto.md, "Under a key its prover made"
+and "The owner's modulus").  The owner sends, after the public key, :func:`~smcdp.crypto.zkp.prove_modulus` for a
+context the protocol names (its session and the key's tag: a proof from another session does not verify); the
+receiver checks it -- gcd(n, φ(n)) = 1 and no prime factor up to 2^16 -- before anything is sent or computed
+under the key.
 
 * :func:`send_owned_key` -- ``{tag}-pk`` (the public key) and ``{tag}-proof`` (the roots) to every receiver.
 * :func:`recv_owned_key` -- the public key and its proof from the owner; :class:`InvalidMessage` unless it holds.
-* :func:`owned_key_bytes` -- the two messages' size at most, for a protocol's traffic envelope.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from collections.abc import Sequence
 
 from smcdp.crypto.codec import bigints, from_bigints, public_key_from_proto, public_key_to_proto
 from smcdp.crypto.paillier import PrivateKey, PublicKey
-from smcdp.crypto.zkp import MODULUS_PROOF_ROOTS, modulus_proof_size, prove_modulus, verify_modulus
+from smcdp.crypto.zkp import MODULUS_PROOF_ROOTS, prove_modulus, verify_modulus
 from smcdp.errors import InvalidMessage
 from smcdp.net.channel import Channel
-from smcdp.net.limits import public_key_bytes
 from smcdp.v1 import messages_pb2 as pb
 
 
@@ -51,8 +50,3 @@ async def recv_owned_key(ch: Channel, owner: str, tag: str, context: bytes, *, a
             "prime factor below 2^16): refusing a key under which openings need not bind nor bit proofs hold"
         )
     return pk
-
-
-def owned_key_bytes(key_bits: int) -> tuple[int, int]:
-    """The bytes of ``{tag}-pk`` and ``{tag}-proof`` at most (a traffic envelope's two entries)."""
-    return public_key_bytes(key_bits), modulus_proof_size(key_bits)
