@@ -10,6 +10,7 @@ from smcdp.dp.ledger import Ledger
 from smcdp.runtime.governance.audit import read_entries
 from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
 from smcdp.runtime.governance.policy import Policy, ProtocolRules
+from tests.support.culprits import own_refusals
 from tests.support.dpa_data import GROUP, SHARED_NOISE_PARAMS, dpa_parties
 from tests.support.group_keys import cluster_class, store_dealt_shares
 
@@ -67,19 +68,7 @@ def test_a_charlie_relaying_one_release_for_all_is_named_in_every_data_partys_au
         sid = recs["charlie"]["session_id"]
         for p in DATA:
             assert recs[p]["state"] == "failed", recs[p]
-        errors = {p: recs[p].get("error") or {} for p in DATA}
-        # a party refuses itself, naming charlie -- or, when another data party's abort reached it before its own
-        # check (CI of 7d922b4: alice's did), its record names that party and keeps charlie as the claimed culprit
-        # (runtime.session: a peer's word becomes the origin only where this party confirms it)
-        refused = [p for p in DATA if "refuses to decrypt" in errors[p].get("message", "")]
-        told = [p for p in refused if errors[p].get("reported_by") in DATA]
-        refused = [p for p in refused if p not in told]
-        assert refused, errors
-        for p in told:
-            assert errors[p]["reported_culprit"] == "charlie", errors
-            assert errors[errors[p]["reported_by"]]["origin"] == "charlie", errors
-        for p in refused:
-            assert recs[p]["error"]["origin"] == "charlie", recs[p]["error"]
+        for p in own_refusals(recs, DATA, "refuses to decrypt", "charlie"):
             ends = [
                 e
                 for _, e, _ in read_entries(cluster.data_dir(p))

@@ -13,6 +13,7 @@ from smcdp.dp.ledger import Ledger
 from smcdp.runtime.governance.audit import read_entries
 from smcdp.runtime.governance.charges import DEFAULT_LEDGER, BudgetConfig
 from smcdp.runtime.governance.policy import Policy, ProtocolRules
+from tests.support.culprits import own_refusals
 from tests.support.group_keys import cluster_class, store_dealt_shares
 
 K = 4
@@ -84,10 +85,7 @@ def test_a_trent_relaying_one_release_for_all_is_named_in_every_data_partys_audi
         sid = recs["trent"]["session_id"]
         for p in DATA:
             assert recs[p]["state"] == "failed", recs[p]
-        refused = [p for p in DATA if "refuses to decrypt" in (recs[p].get("error") or {}).get("message", "")]
-        assert refused, {p: recs[p].get("error") for p in DATA}
-        for p in refused:
-            assert recs[p]["error"]["origin"] == "trent", recs[p]["error"]
+        for p in own_refusals(recs, DATA, "refuses to decrypt", "trent"):
             ends = [
                 e
                 for _, e, _ in read_entries(cluster.data_dir(p))
