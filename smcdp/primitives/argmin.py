@@ -90,6 +90,7 @@ from smcdp.crypto.codec import (
     from_bigints,
     keypair_from_proto,
     keypair_to_proto,
+    peer_public_key,
     public_key_from_proto,
     public_key_to_proto,
 )
@@ -351,12 +352,21 @@ async def argmin_party(
     # ζ is Charlie's own: his openings under it bind only if its modulus is square-free (gcd(n, φ(n)) = 1), which
     # its size does not say -- with n = p^a he opened one ciphertext to m, m + p, ... (a review, 2026-12-06)
     zeta_pk = await recv_owned_key(
-        ch, C, f"{tag}/zeta", modulus_context(ch.session_id, tag), allow_insecure=allow_insecure_keys
+        ch,
+        C,
+        f"{tag}/zeta",
+        modulus_context(ch.session_id, tag),
+        bits=params.key_bits,
+        allow_insecure=allow_insecure_keys,
     )
     if zeta_pk.bits < params.masked_bits + 8:
         raise InvalidMessage("Charlie's key is too small for the masked shares")
-    beta_pk = public_key_from_proto(
-        await ch.recv(C, f"{tag}/beta-pk", pb.PaillierPublicKey), allow_insecure=allow_insecure_keys
+    beta_pk = peer_public_key(
+        await ch.recv(C, f"{tag}/beta-pk", pb.PaillierPublicKey),
+        bits=params.key_bits,
+        kind="standard",
+        who=C,
+        allow_insecure=allow_insecure_keys,
     )
     if beta_pk.bits < params.masked_bits + 8:
         raise InvalidMessage("Charlie's key β is too small for the shares")

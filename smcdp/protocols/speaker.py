@@ -1117,7 +1117,12 @@ async def _alice_step4_shuffle(
     # ζ is Bob's own key: she raises his selectors to her shares' differences, so its modulus must be one under
     # which his bit proofs hold and his ciphertexts carry nothing a character of the group could read
     zeta_pk = await recv_owned_key(
-        ch, bob, f"{tag}/zeta", _zeta_context(ch.session_id, tag), allow_insecure=allow_insecure_keys
+        ch,
+        bob,
+        f"{tag}/zeta",
+        _zeta_context(ch.session_id, tag),
+        bits=params.key_bits,
+        allow_insecure=allow_insecure_keys,
     )
     Lv, kappa = params.value_bits, params.stat_bits
     if zeta_pk.max_int.bit_length() < Lv + 2 * kappa + 8:

@@ -311,6 +311,7 @@ MODES: dict[str, tuple[Callable, list[tuple[str, str, str, type[Message]]]]] = {
         _dpa_session,
         [
             ("charlie", "party1", "s1/zeta-pk", pb.PaillierPublicKey),
+            ("charlie", "party1", "s1/zeta-proof", pb.BigInts),
             ("party1", "party2", "s1/pi1", pb.Ints),
             ("party1", "party2", "s1/xi-keypair", pb.PaillierKeyPair),
             ("party2", "party1", "s1/a", pb.BigInts),

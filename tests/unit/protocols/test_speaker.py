@@ -395,11 +395,12 @@ def test_a_bob_whose_zeta_has_a_small_prime_factor_is_refused_before_alice_raise
     """ζ is Bob's own key, and Alice raises his selectors ζ(z) to her shares' differences.  Under a modulus with a
     small prime factor r a one-challenge bit proof passes for an entry g·y (y of order r) after about r hashes, and
     her reply then shows the difference modulo r (tests/unit/crypto/test_crafted_modulus.py).  Alice now takes ζ
-    only with Bob's proof that its modulus is square-free and without a prime factor below 2^16, and the selectors'
-    proofs hold whatever the modulus: this honestly run session with a 13-bit factor in ζ completed before."""
+    only without a prime factor below 2^16 (what makes the selectors' chunked proofs sound, for any modulus:
+    tests/unit/crypto/test_zkp_any_key.py) and with Bob's proof that its modulus is square-free: this honestly run
+    session with a 13-bit factor in ζ completed before."""
     _, sk = keypair512
     p = _params(IdentifyParams, sk, max_speakers=3)
-    zeta = key_with_a_small_factor(768, 3)
+    zeta = key_with_a_small_factor(sk.public_key.bits, 3)
     with pytest.raises(InvalidMessage, match="prime factor below 2\\^16"):
         run_pair(
             lambda ch: identify_alice(ch, _utterance(seed=9), p, private_key=sk, allow_insecure_keys=True),
@@ -426,20 +427,29 @@ def test_a_zeta_proof_for_another_session_is_refused(keypair512, dgk_key, monkey
 
 
 def test_a_selector_proof_is_bound_to_its_match(keypair512, dgk_key, monkeypatch):
-    """Each selector's proof names its session, level and match: Bob's proofs made (validly) for the next match's
-    context are refused, so no proof stands for another match's selector."""
+    """Each selector's proof names its session, level and match: the contexts of two statements differ in any of
+    them, and Bob's proofs made (validly) for the next match's context are refused, so no proof stands for another
+    match's selector."""
     import smcdp.protocols.speaker as spk
 
+    contexts = {spk._pick_context(s, "si", lv, i) for s in ("s1", "s2") for lv in range(5) for i in range(8)}
+    assert len(contexts) == 2 * 5 * 8
     real = spk.prove_bit_any_key
+    made = []
 
     def elsewhere(key, c, bit, context, rng):
-        head, match = context.rsplit(b"/", 1)
-        return real(key, c, bit, head + b"/" + str(int(match) + 1).encode(), rng)
+        made.append(context)
+        for lv in range(5):
+            for i in range(8):
+                if context == spk._pick_context("local", "si", lv, i):
+                    return real(key, c, bit, spk._pick_context("local", "si", lv, i + 1), rng)
+        raise AssertionError(f"not a selector context of this session: {context!r}")
 
     monkeypatch.setattr(spk, "prove_bit_any_key", elsewhere)
     _, sk = keypair512
     with pytest.raises(InvalidMessage, match="not proven to encrypt bits"):
         _identify(_utterance(seed=9), _models(threshold=-50.0), sk, dgk_key, max_speakers=3)
+    assert made  # the refusal came from the proofs made for other matches
 
 
 @pytest.mark.parametrize("output", ["bob", "alice"])
