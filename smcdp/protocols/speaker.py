@@ -17,10 +17,11 @@ she is):
    ``ξ(ℓ_s)`` and ``ξ(ℓ_UBM)``, ℓ = Σ_t log p(x_t | λ) on the grid.
 3. Bob forms ``ξ(D) = ξ(ℓ_s − ℓ_UBM − T·fx(θ))`` (T, the number of frames, is public), draws r uniform
    in [0, 2^{L+κ}) (|D| < 2^L, κ = ``stat_bits``) and sends ``ξ(D + r)``, re-randomised.
-4. Alice decrypts x = D + r (statistically hiding D); Alice (x) and Bob (y = r) run the DGK comparison
-   (:mod:`smcdp.primitives.comparison`, Bob holds the DGK key): ``[x < y] = [D < 0]``, the reject bit,
-   goes only to the designated party (``output``: bob by default, or alice).  Accept ⇔ D ≥ 0 ⇔ the
-   average frame log-likelihood ratio ≥ θ.
+4. Alice decrypts x = D + r (statistically hiding D); Bob (y = r) and Alice (x) run the DGK comparison
+   (:mod:`smcdp.primitives.comparison`, Alice holds the DGK key: a crafted key would read the other side's
+   input whole, and hers is the input to protect): ``[y ≤ x] = [D ≥ 0]``, the accept bit, goes only to the
+   designated party (``output``: bob by default, or alice).  Accept ⇔ D ≥ 0 ⇔ the average frame
+   log-likelihood ratio ≥ θ.
 
 With ``ubm = "shared"`` (bob's policy must ``allow_reveal = ["ubm"]``) Bob first sends Alice his UBM
 (step 0); step 2 runs on λ_s alone, Bob's rows being its differences from the UBM's component forms, which
@@ -42,7 +43,8 @@ Alice adds to his masked rows herself (the forward algorithm's *known part*); st
    returns ``ζ(r_{π(j)} + s_j)`` in π's order; she keeps x_j = a_{π(j)} + s_j, Bob decrypts
    y_j = r_{π(j)} + s_j: v_{π(j)} = x_j − y_j, shared in an order Bob does not know.
 5. A tournament over slots (the positions at first), level by level: a batch of DGK comparisons of each
-   match's two slots, ``z = [x_a − x_b < y_a − y_b] = [v_a < v_b]`` to Bob; Bob sends ``ζ(z)``, Alice
+   match's two slots (Alice's key), ``[y_a − y_b ≤ x_a − x_b] = [v_b ≤ v_a]`` to Bob, who takes
+   ``z = [v_a < v_b]`` from it; Bob sends ``ζ(z)``, Alice
    returns ``ζ(x_a + z·(x_b − x_a) + s)`` with a fresh s (her share of the winner: −s; Bob's: y_w − X).
    Bob knows which position won each match; the last one's is w.
 6. Output to bob: Alice sends, by 1-out-of-(K̄+1) oblivious transfer, the candidate index π(j) of every
@@ -148,7 +150,7 @@ class SpeakerParams(ForwardParams):
     #: alice's key ξ: "standard", or "subgroup" (decryption about 4x cheaper; both parties' policies must
     #: allow it: docs/crypto.md, "Subgroup keys")
     key_kind: str = "standard"
-    dgk_bits: int = 2048  # Bob's DGK key for the comparisons
+    dgk_bits: int = 2048  # Alice's DGK key for the comparisons
     dgk_t: int = 224
     stat_bits: int = 40  # κ: statistical hiding of every masked score
     #: the party that learns the result (the accept bit, the speaker): bob (the service, default) or alice
@@ -263,9 +265,9 @@ class VerifyParams(SpeakerParams):
         ubm = [(1, ubm_message_bytes(self.max_mixtures, self.max_features))] if self.shared_ubm else []
         return self._forward_envelope(
             role,
-            [(1, ct1), (1, hdr), (1, self._dgk_key()), (1, batch), *ubm],  # sv/masked, DGK hdr, pk, bits, sv/ubm
-            [(1, public_key_bytes(self.key_bits)), (1, batch), (1, hdr)],
-        )  # sv/pk, DGK ciphertexts, delta
+            [(1, ct1), (1, batch), *ubm],  # sv/masked, Bob's blinded DGK ciphertexts, sv/ubm
+            [(1, public_key_bytes(self.key_bits)), (1, hdr), (1, self._dgk_key()), (1, batch), (1, hdr)],
+        )  # sv/pk; Alice's DGK header, public key, encrypted bits, and the result's share
 
 
 @dataclass
@@ -319,12 +321,12 @@ class IdentifyParams(SpeakerParams):
         to_alice: list[tuple[int, ...]] = [(1, public_key_bytes(self.key_bits)), (1, modulus_proof_size(self.key_bits))]
         to_alice += [(2, ctv)]
         to_bob: list[tuple[int, ...]] = [(1, public_key_bytes(self.key_bits)), (1, ctv)]
-        for m in self.levels():  # per level: the comparisons' header, key and bits, Bob's ζ(z) and its
-            # bit proofs (4·8 integers below n a match); and back
+        for m in self.levels():  # per level: Alice's DGK header, key and bits and her shares of the results (Ints
+            # of m bits); Bob's blinded ciphertexts, his ζ(z) and its bit proofs (4·8 integers below n a match); back
             batch, picks = self._dgk_batch(m, self.ell), ciphertext_vector_bytes(m, self.key_bits)
             proofs = m * bit_proof_any_key_size(self.key_bits)
-            to_alice += [(1, 64), (1, self._dgk_key()), (1, batch), (1, picks), (1, proofs)]
-            to_bob += [(1, batch), (1, picks)]
+            to_alice += [(1, batch), (1, picks), (1, proofs)]
+            to_bob += [(1, 64), (1, self._dgk_key()), (1, batch), (1, 2 * m + 32), (1, picks)]
         return self._forward_envelope(
             role,
             to_alice + [(1, group), (1, label_ot), (1, 64)],
@@ -877,6 +879,7 @@ async def verify_alice(
     bob: str = BOB,
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
+    dgk_key: dgk.DGKPrivateKey | None = None,
 ) -> VerifyResult:
     """Role Alice of ``speaker-verify``: the utterance's T × d features; learns the decision only with
     ``output = "alice"``."""
@@ -905,21 +908,22 @@ async def verify_alice(
         x -= ubm_loglik_grid(ubm, X, params.log_frac_bits)
         if not -(1 << params.score_bits) < x < (1 << (params.score_bits + params.stat_bits)) + (1 << params.score_bits):
             raise InvalidMessage(f"{tag}/masked from {bob} less the UBM's log-likelihood is outside the range")
-    z = await compare_holder_a(
+    # Alice holds the DGK key (a crafted one reads the other side's input whole: docs/primitives.md), Bob y = r:
+    # z' = [r ≤ x] = [D ≥ 0], the acceptance itself
+    if dgk_key is None:
+        dgk_key = _alice_dgk_key(params, seed, ch.role, allow_insecure_keys)
+    z = await compare_holder_b(
         ch,
         bob,
         [x],
         ell=params.ell,
-        predicate="lt",
-        output="a" if params.output == ALICE else "b",
+        key=dgk_key,
+        predicate="le",
+        output="b" if params.output == ALICE else "a",
         tag_prefix=f"{tag}/cmp",
-        allow_insecure=allow_insecure_keys,
-        max_key_bits=params.dgk_bits,
-        max_t=params.dgk_t,
-        rng=protocol_rng(seed, params.protocol_name, ch.role, "cmp"),
     )
     online["compare"] = time.perf_counter() - t0
-    accept = None if z is None else not z[0]
+    accept = None if z is None else bool(z[0])
     timings = {
         "offline": offline,
         "online": _close_clock(online),
@@ -929,10 +933,10 @@ async def verify_alice(
     return VerifyResult(accept, frames, timings, ch.stats.as_dict(), prepare_next=sizes)
 
 
-def _bob_dgk_key(
+def _alice_dgk_key(
     params: VerifyParams | IdentifyParams, seed: SeedLike, role: str, allow_insecure_keys: bool
 ) -> dgk.DGKPrivateKey:
-    """Bob's DGK key for the comparisons, from his root (made here when none was prepared)."""
+    """Alice's DGK key for the comparisons, from her root (30–100 ms at 2,048 bits: made in the session)."""
     return dgk.generate_keypair(
         params.dgk_bits,
         params.dgk_t,
@@ -950,7 +954,6 @@ async def verify_bob(
     alice: str = ALICE,
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
-    dgk_key: dgk.DGKPrivateKey | None = None,
     enrolled_bits: EnrolledBits | None = None,
 ) -> VerifyResult:
     """Role Bob of ``speaker-verify``: the UBM, the enrolled models, θ; learns the decision with
@@ -1005,21 +1008,22 @@ async def verify_bob(
     else:
         masked = pk.rerandomize((1 + pk.n * pk.raw_plain(r - (UNENROLLED_SHIFT_NATS << F))) % n2)
     await ch.send(alice, f"{tag}/masked", ciphertext_to_proto(pk, masked))
-    # --- Step 4: the comparison; Bob holds the DGK key and y = r.
-    if dgk_key is None:
-        dgk_key = _bob_dgk_key(params, seed, ch.role, allow_insecure_keys)
-    z = await compare_holder_b(
+    # --- Step 4: the comparison; Alice holds the DGK key and x, Bob y = r: z' = [r ≤ x] = [D ≥ 0].
+    z = await compare_holder_a(
         ch,
         alice,
         [r],
         ell=params.ell,
-        key=dgk_key,
-        predicate="lt",
-        output="a" if params.output == ALICE else "b",
+        predicate="le",
+        output="b" if params.output == ALICE else "a",
         tag_prefix=f"{tag}/cmp",
+        allow_insecure=allow_insecure_keys,
+        max_key_bits=params.dgk_bits,
+        max_t=params.dgk_t,
+        rng=protocol_rng(seed, params.protocol_name, ch.role, "cmp"),
     )
     online["compare"] = time.perf_counter() - t0
-    accept = None if z is None else not z[0]
+    accept = None if z is None else bool(z[0])
     timings = {"offline": offline, "online": _close_clock(online), "frames": T, "total": time.perf_counter() - t_start}
     return VerifyResult(accept, T, timings, ch.stats.as_dict())
 
@@ -1038,6 +1042,7 @@ async def identify_alice(
     bob: str = BOB,
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
+    dgk_key: dgk.DGKPrivateKey | None = None,
 ) -> IdentifyResult:
     """Role Alice of ``speaker-identify``: the utterance; learns the speaker only with ``output = "alice"``."""
     params.validate()
@@ -1053,7 +1058,9 @@ async def identify_alice(
     # --- Step 4: a_j = v_j + r_j; the shuffle of Bob's masks under his key ζ.
     perm, x, zeta_pk = await _alice_step4_shuffle(ch, params, sk, rng, bob, tag, allow_insecure_keys)
     # --- Step 5: the tournament, each match's winner selected obliviously.
-    await _alice_step5_tournament(ch, params, x, zeta_pk, rng, bob, tag, allow_insecure_keys)
+    if dgk_key is None:
+        dgk_key = _alice_dgk_key(params, seed, ch.role, allow_insecure_keys)
+    await _alice_step5_tournament(ch, params, x, zeta_pk, dgk_key, rng, bob, tag)
     online["rank"] = time.perf_counter() - t0
     # --- Step 6: the outcome to the designated party.
     t0 = time.perf_counter()
@@ -1144,10 +1151,10 @@ async def _alice_step5_tournament(
     params: IdentifyParams,
     x: list[int],
     zeta_pk: PublicKey,
+    dgk_key: dgk.DGKPrivateKey,
     rng: random.Random,
     bob: str,
     tag: str,
-    allow_insecure_keys: bool,
 ) -> None:
     """Step 5 (Alice's half), per level: the comparisons of each match's two slots (the bits to Bob); then,
     for Bob's ζ(z) of each match, ζ(x_a + z·(x_b − x_a) + s) with a fresh s, her share of the winner −s."""
@@ -1155,17 +1162,16 @@ async def _alice_step5_tournament(
     slots = list(x)
     with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # every level's chunks on every core
         for level, m in enumerate(params.levels()):
-            await compare_holder_a(
+            # she holds the DGK key and x_a − x_b; Bob learns z' = [y_a − y_b ≤ x_a − x_b] = 1 − z, she nothing
+            await compare_holder_b(
                 ch,
                 bob,
                 [slots[2 * i] - slots[2 * i + 1] for i in range(m)],
                 ell=params.ell,
-                predicate="lt",
-                output="b",
+                key=dgk_key,
+                predicate="le",
+                output="a",
                 tag_prefix=f"{tag}/cmp/{level}",
-                allow_insecure=allow_insecure_keys,
-                max_key_bits=params.dgk_bits,
-                max_t=params.dgk_t,
                 executor=threads.executor,
             )
             picks = await _recv_vector(ch, bob, f"{tag}/pick/{level}", zeta_pk, m)
@@ -1236,7 +1242,6 @@ async def identify_bob(
     alice: str = ALICE,
     seed: SeedLike = None,
     allow_insecure_keys: bool = False,
-    dgk_key: dgk.DGKPrivateKey | None = None,
     zeta_key: PrivateKey | None = None,
     enrolled_bits: EnrolledBits | None = None,
 ) -> IdentifyResult:
@@ -1283,9 +1288,7 @@ async def identify_bob(
     # --- Step 4 (Bob's half): y_j = r_{π(j)} + s_j.
     y = await _bob_step4_shares(ch, params, zeta_key, alice, tag)
     # --- Step 5: the tournament; each match's z = [v_a < v_b] to Bob, its winner selected under ζ.
-    if dgk_key is None:
-        dgk_key = _bob_dgk_key(params, seed, ch.role, allow_insecure_keys)
-    w = await _bob_step5_rank(ch, params, y, zeta_key, dgk_key, seed, alice, tag)
+    w = await _bob_step5_rank(ch, params, y, zeta_key, seed, alice, tag, allow_insecure_keys)
     online["rank"] = time.perf_counter() - t0
     # --- Step 6: the outcome to the designated party.
     t0 = time.perf_counter()
@@ -1352,10 +1355,10 @@ async def _bob_step5_rank(
     params: IdentifyParams,
     y: list[int],
     zeta_key: PrivateKey,
-    dgk_key: dgk.DGKPrivateKey,
     seed: SeedLike,
     alice: str,
     tag: str,
+    allow_insecure_keys: bool,
 ) -> int:
     """Step 5 (Bob's half), per level: z = [v_a < v_b] for each match of slots (a, b), ζ(z) to Alice, her
     ζ(x_w + s) back; his share of the winner y_w − X.  Returns the position that wins the last match."""
@@ -1365,19 +1368,25 @@ async def _bob_step5_rank(
     slots, pos = list(y), list(range(params.candidates))
     with CryptoThreads(priority="urgent", name="smcdp-rank") as threads:  # every level's chunks on every core
         for level, m in enumerate(params.levels()):
-            z = await compare_holder_b(
+            # Alice holds the DGK key (docs/primitives.md: a crafted key reads the other side's input whole, so
+            # the key is hers, whose inputs the comparisons are about); Bob receives z' = [y_a − y_b ≤ x_a − x_b]
+            zp = await compare_holder_a(
                 ch,
                 alice,
                 [slots[2 * i] - slots[2 * i + 1] for i in range(m)],
                 ell=params.ell,
-                key=dgk_key,
-                predicate="lt",
-                output="b",
+                predicate="le",
+                output="a",
                 tag_prefix=f"{tag}/cmp/{level}",
+                allow_insecure=allow_insecure_keys,
+                max_key_bits=params.dgk_bits,
+                max_t=params.dgk_t,
+                rng=protocol_rng(seed, params.protocol_name, ch.role, "cmp", str(level)),
                 executor=threads.executor,
             )
-            assert z is not None  # output="b": this party, b, receives the bits
-            bits = [int(bool(zi)) for zi in z]
+            assert zp is not None  # output="a": this party, a, receives the bits
+            z = [1 - int(bool(b)) for b in zp]  # [v_a < v_b] (the v are distinct: never equal)
+            bits = z
             sent = await _send_vector(
                 ch, alice, f"{tag}/pick/{level}", zeta_pk, [zeta_pk.raw_encrypt_textbook(b) for b in bits]
             )

@@ -109,7 +109,9 @@ RESERVE_BYTES = 256 * 1024
 #: copies of them, so their bytes differ from a version-18 journal's
 #: 20 (2026-12-06, next session): speaker identification's Bob proves ζ's modulus (si/zeta-proof, a new message
 #: after si/zeta-pk) and each selector with the chunked proof (32 integers a match, not 5)
-VERSION = 20
+#: 21 (2026-12-06, same session): speaker's comparisons run under Alice's DGK key (the key, the encrypted bits and
+#: the result's share go from alice to bob, the blinded values back): a version-20 journal's go the other way
+VERSION = 21
 SUFFIX = ".d"
 #: an input file larger than this is fingerprinted by its size, mtime and its first and last MiB
 #: instead of its whole content (hashing runs at about 1 GB/s)

@@ -193,8 +193,10 @@ def _speaker_session(which: str):
             p = _params(sv.IdentifyParams, sk)
             a, b = sv.identify_alice, sv.identify_bob
         return {"alice": "alice", "bob": "bob"}, {
-            "alice": lambda c: a(c, X, p, private_key=sk, allow_insecure_keys=True, seed=seeds.get("alice")),
-            "bob": lambda c: b(c, models, p, allow_insecure_keys=True, dgk_key=_speaker_dgk(), seed=seeds.get("bob")),
+            "alice": lambda c: a(
+                c, X, p, private_key=sk, allow_insecure_keys=True, dgk_key=_speaker_dgk(), seed=seeds.get("alice")
+            ),
+            "bob": lambda c: b(c, models, p, allow_insecure_keys=True, seed=seeds.get("bob")),
         }
 
     return build
@@ -362,9 +364,11 @@ MODES: dict[str, tuple[Callable, list[tuple[str, str, str, type[Message]]]]] = {
             ("bob", "alice", "sv/fw/mix-u/0", pb.CiphertextVector),
             ("alice", "bob", "sv/fw/fin-l", pb.CiphertextVector),
             ("bob", "alice", "sv/masked", pb.CiphertextVector),
-            ("bob", "alice", "sv/cmp/dgk-hdr", pb.Ints),
-            ("bob", "alice", "sv/cmp/dgk-bits", pb.Blobs),
-            ("alice", "bob", "sv/cmp/dgk-c", pb.Blobs),
+            ("alice", "bob", "sv/cmp/dgk-hdr", pb.Ints),
+            ("alice", "bob", "sv/cmp/dgk-pk", pb.BigInts),  # alice holds the DGK key
+            ("alice", "bob", "sv/cmp/dgk-bits", pb.Blobs),
+            ("bob", "alice", "sv/cmp/dgk-c", pb.Blobs),
+            ("alice", "bob", "sv/cmp/dgk-delta", pb.Ints),  # output = bob: his decision's last message
         ],
     ),
     "sv-identify": (
@@ -398,10 +402,9 @@ MODES: dict[str, tuple[Callable, list[tuple[str, str, str, type[Message]]]]] = {
             ("bob", "alice", "sv/fw/fin-c", pb.BigInts),
             ("alice", "bob", "sv/fw/fin-l", pb.CiphertextVector),
             ("bob", "alice", "sv/masked", pb.CiphertextVector),
-            ("bob", "alice", "sv/cmp/dgk-pk", pb.BigInts),
-            ("bob", "alice", "sv/cmp/dgk-bits", pb.Blobs),
-            ("alice", "bob", "sv/cmp/dgk-c", pb.Blobs),
-            ("bob", "alice", "sv/cmp/dgk-delta", pb.Ints),  # output = alice: her decision's last message
+            ("alice", "bob", "sv/cmp/dgk-pk", pb.BigInts),
+            ("alice", "bob", "sv/cmp/dgk-bits", pb.Blobs),
+            ("bob", "alice", "sv/cmp/dgk-c", pb.Blobs),  # output = alice: she holds the key, her decision's last
         ],
     ),
     "pi-group-dp-power": (

@@ -55,8 +55,8 @@ def _params(cls, sk, **kw):
 def _verify(X, models, sk, dgk_key, **kw):
     p = _params(VerifyParams, sk, **kw)
     res, _ = run_pair(
-        lambda ch: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
-        lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+        lambda ch: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True, dgk_key=dgk_key),
+        lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True),
     )
     return res["alice"], res["bob"]
 
@@ -64,8 +64,8 @@ def _verify(X, models, sk, dgk_key, **kw):
 def _identify(X, models, sk, dgk_key, **kw):
     p = _params(IdentifyParams, sk, **kw)
     res, _ = run_pair(
-        lambda ch: identify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
-        lambda ch: identify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+        lambda ch: identify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True, dgk_key=dgk_key),
+        lambda ch: identify_bob(ch, models, p, allow_insecure_keys=True),
     )
     return res["alice"], res["bob"]
 
@@ -128,8 +128,8 @@ def test_many_components_decide_as_in_the_clear_through_the_spread_layout(keypai
     for eps, want in ((-1.0001 * bound, True), (1.0001 * bound, False)):
         models = SpeakerModels(ubm, NAMES, means, threshold=score + eps)
         res, net = run_pair(
-            lambda ch: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
-            lambda ch, models=models: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+            lambda ch: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True, dgk_key=dgk_key),
+            lambda ch, models=models: verify_bob(ch, models, p, allow_insecure_keys=True),
         )
         assert res["bob"].accept is want and res["alice"].accept is None
         back = [pb.CiphertextVector.FromString(d) for _, t, _, d in net.received_by("alice") if "/mix-u/" in t]
@@ -164,7 +164,7 @@ def test_the_quadratic_forms_bits_below_the_grid_are_masked_too(keypair512, dgk_
         p = _params(VerifyParams, sk, claim="bo")
         _, net = run_pair(
             lambda ch, p=p: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
-            lambda ch, p=p: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+            lambda ch, p=p: verify_bob(ch, models, p, allow_insecure_keys=True),
         )
         qs = [pb.CiphertextVector.FromString(d) for _, t, _, d in net.received_by("alice") if "/q/" in t]
         assert qs
@@ -187,7 +187,7 @@ def test_the_name_transfer_does_not_show_the_names_lengths(keypair512, dgk_key):
         p = _params(IdentifyParams, sk, max_speakers=4, output="alice")
         res, net = run_pair(
             lambda ch, p=p: identify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
-            lambda ch, models=models, p=p: identify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+            lambda ch, models=models, p=p: identify_bob(ch, models, p, allow_insecure_keys=True),
         )
         assert res["alice"].speaker == models.identify(X)
         sent.append(sum(len(d) for _, t, _, d in net.received_by("alice") if "/label" in t))
@@ -306,7 +306,7 @@ def test_a_key_prepared_while_idle_is_the_sessions_own(dgk_key):
     try:
         res, _ = run_pair(
             lambda ch: verify_alice(ch, X, p, seed=root, allow_insecure_keys=True),
-            lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+            lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True),
         )
     finally:
         SHELF.clear()
@@ -356,7 +356,7 @@ def test_the_tournament_finds_the_plaintext_speaker_with_every_bracket_and_n_min
                 lambda ch, root=root, X=X: identify_alice(
                     ch, X, p, private_key=sk, seed=root, allow_insecure_keys=True
                 ),
-                lambda ch, models=models: identify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+                lambda ch, models=models: identify_bob(ch, models, p, allow_insecure_keys=True),
             )
             assert res["bob"].learned and res["bob"].speaker == models.identify(X)
             assert (res["bob"].speaker is None) == (target is None)
@@ -364,7 +364,7 @@ def test_the_tournament_finds_the_plaintext_speaker_with_every_bracket_and_n_min
 
             compared = sum(
                 len(pbm.Blobs.FromString(data).values) // (p.ell + 1)
-                for _sender, tag, _type, data in net.received_by("bob")
+                for _sender, tag, _type, data in net.received_by("alice")  # bob's blinded values to the key holder
                 if tag.startswith("si/cmp/") and tag.endswith("/dgk-c")
             )
             assert compared == kbar  # one DGK comparison a match, not one a pair of candidates
@@ -391,6 +391,33 @@ def test_a_selector_that_is_not_a_bit_is_refused(keypair512, dgk_key, monkeypatc
         _identify(X, _models(threshold=-50.0), sk, dgk_key, max_speakers=3)
 
 
+@pytest.mark.parametrize("which", ["verify", "identify"])
+def test_alice_holds_the_dgk_key_of_every_comparison(which, keypair512, dgk_key):
+    """A DGK key holder with a crafted key reads the other side's comparison input whole (docs/primitives.md,
+    tests/unit/primitives/test_dgk_key_holder.py).  Alice's inputs are what the comparisons are about -- in
+    verification x = D + r, so her score; in identification each match's masked difference -- so the key is hers:
+    every DGK key and encrypted bit goes from alice to bob, bob sends only his blinded values, and the key in every
+    comparison is the one alice was given."""
+    _, sk = keypair512
+    X, models = _utterance(seed=9), _models(threshold=-50.0)
+    if which == "verify":
+        p = _params(VerifyParams, sk, claim="bo")
+        alice = lambda ch: verify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True, dgk_key=dgk_key)  # noqa: E731
+        bob = lambda ch: verify_bob(ch, models, p, allow_insecure_keys=True)  # noqa: E731
+    else:
+        p = _params(IdentifyParams, sk, max_speakers=3)
+        alice = lambda ch: identify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True, dgk_key=dgk_key)  # noqa: E731
+        bob = lambda ch: identify_bob(ch, models, p, allow_insecure_keys=True)  # noqa: E731
+    _, net = run_pair(alice, bob)
+    cmp = [(snd, tag, data) for snd, _rcv, tag, _t, data in net.transcript if "/cmp" in tag]
+    assert cmp and {tag.rsplit("/", 1)[1] for _, tag, _ in cmp} >= {"dgk-pk", "dgk-bits", "dgk-c"}
+    for snd, tag, data in cmp:
+        kind = tag.rsplit("/", 1)[1]
+        assert snd == ("bob" if kind == "dgk-c" else "alice"), (snd, tag)
+        if kind == "dgk-pk":
+            assert data == dgk_key.public.to_proto().SerializeToString(), tag
+
+
 def test_a_bob_whose_zeta_has_a_small_prime_factor_is_refused_before_alice_raises_his_selectors(keypair512, dgk_key):
     """ζ is Bob's own key, and Alice raises his selectors ζ(z) to her shares' differences.  Under a modulus with a
     small prime factor r a one-challenge bit proof passes for an entry g·y (y of order r) after about r hashes, and
@@ -403,10 +430,10 @@ def test_a_bob_whose_zeta_has_a_small_prime_factor_is_refused_before_alice_raise
     zeta = key_with_a_small_factor(sk.public_key.bits, 3)
     with pytest.raises(InvalidMessage, match="prime factor below 2\\^16"):
         run_pair(
-            lambda ch: identify_alice(ch, _utterance(seed=9), p, private_key=sk, allow_insecure_keys=True),
-            lambda ch: identify_bob(
-                ch, _models(threshold=-50.0), p, allow_insecure_keys=True, dgk_key=dgk_key, zeta_key=zeta
+            lambda ch: identify_alice(
+                ch, _utterance(seed=9), p, private_key=sk, allow_insecure_keys=True, dgk_key=dgk_key
             ),
+            lambda ch: identify_bob(ch, _models(threshold=-50.0), p, allow_insecure_keys=True, zeta_key=zeta),
         )
 
 
@@ -542,7 +569,7 @@ def test_a_shared_ubm_that_could_overflow_anywhere_in_the_feature_box_is_refused
                         "alice": lambda ch: S.verify_alice(
                             ch, _utterance(), p, private_key=sk, allow_insecure_keys=True
                         ),
-                        "bob": lambda ch: S.verify_bob(ch, models, p, allow_insecure_keys=True, dgk_key=dgk_key),
+                        "bob": lambda ch: S.verify_bob(ch, models, p, allow_insecure_keys=True),
                     }
                 )
             )
@@ -708,7 +735,7 @@ def test_models_that_could_leave_the_score_range_are_refused_by_bob_before_any_m
                             "alice": lambda ch, X=X, p=p: verify_alice(
                                 ch, X, p, private_key=sk, allow_insecure_keys=True
                             ),
-                            "bob": lambda ch, p=p: verify_bob(ch, narrow, p, allow_insecure_keys=True, dgk_key=dgk_key),
+                            "bob": lambda ch, p=p: verify_bob(ch, narrow, p, allow_insecure_keys=True),
                         }
                     )
                 )
@@ -740,10 +767,8 @@ def test_identification_bounds_only_its_padding_speakers_in_a_session(keypair512
         kept.ranges(some, p.feature_bits)  # made while Bob was idle
         monkeypatch.setattr(speaker, "models_range", lambda g, fb: (bounded.append(len(list(g))), real(g, fb))[1])
         run_pair(
-            lambda ch: identify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True),
-            lambda ch, some=some, kept=kept: identify_bob(
-                ch, some, p, allow_insecure_keys=True, dgk_key=dgk_key, enrolled_bits=kept
-            ),
+            lambda ch: identify_alice(ch, X, p, private_key=sk, allow_insecure_keys=True, dgk_key=dgk_key),
+            lambda ch, some=some, kept=kept: identify_bob(ch, some, p, allow_insecure_keys=True, enrolled_bits=kept),
         )
         monkeypatch.setattr(speaker, "models_range", real)
     assert bounded == [4, 4]
