@@ -2,7 +2,7 @@
 
 Bob's speaker models file (``smcdp speech enroll``) and alice's utterance (WAV or ``.npy`` features,
 cut to ``--frames``); Alice's Paillier key is made once before the sessions (a warm party prepares it
-while idle), every other cost -- her obfuscators, Bob's DGK key, both parties' tables -- is inside each
+while idle), every other cost -- her obfuscators, her DGK key, both parties' tables -- is inside each
 session.  Prints one JSON object: per session the wall-clock seconds, the CPU seconds of both roles
 (one process: on a loaded host the comparable figure), alice's offline and online seconds, the bytes
 both parties sent, the decision and the plaintext one.

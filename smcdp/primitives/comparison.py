@@ -73,6 +73,8 @@ from smcdp.v1 import messages_pb2
 
 PROTOCOL_VERSION = 1
 PREDICATES = {"lt": 0, "le": 1}
+#: what A is told when B refuses its blinded ciphertexts for holding more than one zero (never how many, nor where)
+ZEROS_REFUSED = "the comparison's blinded ciphertexts hold more than one zero (at most one is possible): refused"
 OUTPUTS = {"shared": 0, "a": 1, "b": 2}
 #: Upper bounds on what a peer may ask for (memory safety).
 MAX_ELL = 1024
@@ -260,7 +262,12 @@ def _b_zero_chunk(priv_spec: PrivSpec, ell: int, c_bytes: list[bytes], first: in
             )
             zeros += key.zero_test(c)
         if zeros > 1:
-            raise InvalidMessage(f"comparison {first + k}: {zeros} zero ciphertexts (at most one is possible)")
+            # the count and the comparison stay in this party's log: the abort tells A only the rule.  A who chose
+            # c_i = Enc(y_i − 1) (zero where B's bit is 1) would read B's input's popcount and the comparison's
+            # index from them -- B's decryptions, beyond the one bit a comparison the protocol allows
+            exc = InvalidMessage(f"comparison {first + k}: {zeros} zero ciphertexts (at most one is possible)")
+            exc.public_message = ZEROS_REFUSED  # type: ignore[attr-defined]  # InvalidMessage declares none
+            raise exc
         out.append(zeros)
     return out
 

@@ -897,7 +897,7 @@ async def verify_alice(
     sk, offline, online, frames, sizes = await _alice_forward(
         ch, X, params, tag, seed, bob, allow_insecure_keys, private_key, known=ubm
     )
-    # --- Step 4: x = D + r, then the comparison [x < r] = [D < 0].
+    # --- Step 4: x = D + r, then the comparison [r ≤ x] = [D ≥ 0] under her DGK key.
     t0 = time.perf_counter()
     pk = sk.public_key
     c = ciphertext_from_proto(await ch.recv(bob, f"{tag}/masked", pb.CiphertextVector), pk, f"{tag}/masked from {bob}")

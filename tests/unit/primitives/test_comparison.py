@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from smcdp.crypto import dgk
-from smcdp.errors import InsecureParameters, InvalidMessage
+from smcdp.errors import InsecureParameters, InvalidMessage, public_message
 from smcdp.primitives import comparison as cmp
 from smcdp.v1 import messages_pb2
 
@@ -289,10 +289,13 @@ def test_b_refuses_malformed_messages(small_key, defect, match):
             return
         await ch.send("b", "cmp/dgk-c", cmp._blobs([pub.ciphertext_to_bytes(c) for c in cts]))
 
-    with pytest.raises(InvalidMessage, match=match):
+    with pytest.raises(InvalidMessage, match=match) as err:
         run_roles(
             {
                 "a": fake_a,
                 "b": lambda ch: cmp.compare_holder_b(ch, "a", [3, 4], ell=ell, key=key),
             }
         )
+    if defect == "two_zeros":
+        # what A is told (the session's abort carries public_message): the rule, not B's count nor the comparison
+        assert public_message(err.value) == cmp.ZEROS_REFUSED
