@@ -371,8 +371,33 @@ def test_an_operator_that_goes_away_does_not_cancel_the_session(pi_cluster):
     assert abs(np.dot(rec["result"]["x"], x_ref)) >= 0.9999
 
 
-def test_twenty_concurrent_sessions_on_one_trent(pi_cluster):
-    cluster, blocks = pi_cluster
+@pytest.fixture(scope="module")
+def twenty_cluster(tmp_path_factory):
+    """The cluster of pi_cluster with a peer grace of TWENTY_GRACE: what the twenty sessions test is about is their
+    correctness side by side, and on CI's fivefold-oversubscribed host trent accepts new calls at about 0.7 a second,
+    so the sessions proposed last heard nothing on their own links for 30 s (CI of 445dcf2 with work beside it, and
+    of 7ce0030 alone) -- the open item of docs/testing.md, "Twenty concurrent sessions on a fivefold-oversubscribed
+    host", which this test does not measure."""
+    tmp = tmp_path_factory.mktemp("pi20")
+    parties, blocks = pi_parties(tmp)
+    limits = Limits(pending_per_peer=20, pending_total=40, running_per_peer=20)
+    with LocalCluster(
+        parties,
+        allow_insecure_keys=True,
+        workdir=tmp / "run",
+        peer_grace_seconds=TWENTY_GRACE,
+        limits=limits,
+        open_policy=True,
+    ) as c:
+        yield c, blocks
+
+
+#: long enough for trent's queue of new calls (≈ 40 at ≈ 0.7 accepts a second under CI's load) to clear
+TWENTY_GRACE = 120
+
+
+def test_twenty_concurrent_sessions_on_one_trent(twenty_cluster):
+    cluster, blocks = twenty_cluster
     params = dict(PI_PARAMS, tol=1e-8)
     results: dict[int, dict] = {}
 
