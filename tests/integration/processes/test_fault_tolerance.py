@@ -12,6 +12,7 @@ operator and concurrency.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 import time
@@ -57,9 +58,8 @@ def run_with(cluster: LocalCluster, protocol, roles, params, initiator, actions,
 
 
 # ----------------------------------------------------------------- power iteration
-@pytest.fixture(scope="module")
-def pi_cluster(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("pi")
+@contextlib.contextmanager
+def _pi_cluster(tmp, grace: float):
     parties, blocks = pi_parties(tmp)  # 20-odd rounds, so that round 18 is late
     # trent initiates 20 sessions at once in test_twenty_concurrent_sessions_on_one_trent: the data
     # parties' [limits] must admit that many from one peer (the defaults admit 4 pending, 8 running); a peer's
@@ -69,11 +69,17 @@ def pi_cluster(tmp_path_factory):
         parties,
         allow_insecure_keys=True,
         workdir=tmp / "run",
-        peer_grace_seconds=GRACE,
+        peer_grace_seconds=grace,
         limits=limits,
         open_policy=True,
     ) as c:
         yield c, blocks
+
+
+@pytest.fixture(scope="module")
+def pi_cluster(tmp_path_factory):
+    with _pi_cluster(tmp_path_factory.mktemp("pi"), GRACE) as c:
+        yield c
 
 
 def test_undisturbed_power_iteration_is_long_enough_for_late_faults(pi_cluster):
@@ -378,18 +384,8 @@ def twenty_cluster(tmp_path_factory):
     so the sessions proposed last heard nothing on their own links for 30 s (CI of 445dcf2 with work beside it, and
     of 7ce0030 alone) -- the open item of docs/testing.md, "Twenty concurrent sessions on a fivefold-oversubscribed
     host", which this test does not measure."""
-    tmp = tmp_path_factory.mktemp("pi20")
-    parties, blocks = pi_parties(tmp)
-    limits = Limits(pending_per_peer=20, pending_total=40, running_per_peer=20)
-    with LocalCluster(
-        parties,
-        allow_insecure_keys=True,
-        workdir=tmp / "run",
-        peer_grace_seconds=TWENTY_GRACE,
-        limits=limits,
-        open_policy=True,
-    ) as c:
-        yield c, blocks
+    with _pi_cluster(tmp_path_factory.mktemp("pi20"), TWENTY_GRACE) as c:
+        yield c
 
 
 #: long enough for trent's queue of new calls (≈ 40 at ≈ 0.7 accepts a second under CI's load) to clear
