@@ -1396,12 +1396,16 @@ async def _bob_step5_rank(
             picks = EncryptedVector.from_proto(pb.CiphertextVector.FromString(sent), zeta_pk).ciphertexts
             # the proof that holds whatever the modulus (what Alice checks: she cannot trust his key's), a match a
             # thread
-            rngs = [
-                protocol_rng(seed, params.protocol_name, ch.role, "pick-proof", str(level), str(i), str(int(c)), str(b))
-                for i, (c, b) in enumerate(zip(picks, bits))
-            ]
             statements = [
-                (zeta_key, c, b, _pick_context(ch.session_id, tag, level, i), rngs[i])
+                (
+                    zeta_key,
+                    c,
+                    b,
+                    _pick_context(ch.session_id, tag, level, i),
+                    protocol_rng(
+                        seed, params.protocol_name, ch.role, "pick-proof", str(level), str(i), str(int(c)), str(b)
+                    ),
+                )
                 for i, (c, b) in enumerate(zip(picks, bits))
             ]
             proofs = await threads.amap(lambda args: prove_bit_any_key(*args), statements)
